@@ -1,0 +1,55 @@
+"""One error shape for every API failure:
+
+    {"error": {"code": "invalid", "message": "...", "fields": {"schedule.expression": ["..."]}}}
+"""
+
+from django.core.exceptions import ObjectDoesNotExist, ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
+    """Turn DRF's nested error detail into {"dotted.path": ["message", ...]}."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = prefix if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
+            for path, messages in flatten_errors(value, name).items():
+                flat.setdefault(path, []).extend(messages)
+    elif isinstance(detail, list) and any(isinstance(item, (dict, list)) for item in detail):
+        for index, value in enumerate(detail):
+            flat.update(flatten_errors(value, f"{prefix}.{index}" if prefix else str(index)))
+    else:
+        items = detail if isinstance(detail, list) else [detail]
+        flat[prefix or "non_field_errors"] = [str(item) for item in items]
+    return flat
+
+
+def error_response(code: str, message: str, http_status: int, fields=None, headers=None) -> Response:
+    body = {"error": {"code": code, "message": message}}
+    if fields:
+        body["error"]["fields"] = fields
+    return Response(body, status=http_status, headers=headers)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, (Http404, ObjectDoesNotExist)):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        fields = flatten_errors(exc.detail)
+        first_path, first_messages = next(iter(fields.items()))
+        message = first_messages[0] if first_path == "non_field_errors" else f"{first_path}: {first_messages[0]}"
+        return error_response("invalid", message, status.HTTP_400_BAD_REQUEST, fields=fields)
+    code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
+    if not isinstance(code, str):
+        code = "error"
+    detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+    headers = {k: v for k, v in response.items() if k in ("WWW-Authenticate", "Retry-After", "Allow")}
+    return error_response(code, str(detail), response.status_code, headers=headers)

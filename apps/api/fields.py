@@ -1,0 +1,32 @@
+"""Serializer building blocks shared by every resource."""
+
+from datetime import UTC
+
+from rest_framework import serializers
+
+
+class StrictSerializer(serializers.Serializer):
+    """Rejects fields it does not know instead of silently dropping them."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class UTCDateTimeField(serializers.DateTimeField):
+    """ISO 8601 in and out; input must carry an offset (no guessing a zone), output is UTC with Z."""
+
+    default_error_messages = {"naive": "Include a UTC offset, e.g. 2026-12-01T10:00:00Z."}
+
+    def enforce_timezone(self, value):
+        if value.tzinfo is None:
+            self.fail("naive")
+        return value.astimezone(UTC)
+
+    def to_representation(self, value):
+        if value is None:
+            return None
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,16 @@
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from .views.jobs import JobViewSet
+from .views.runs import RunViewSet
+from .views.signing import signing_secret
+
+router = SimpleRouter(trailing_slash=False)
+router.register("jobs", JobViewSet, basename="job")
+router.register("runs", RunViewSet, basename="run")
+
+app_name = "api"
+urlpatterns = [
+    path("signing-secret", signing_secret, name="signing-secret"),
+    *router.urls,
+]

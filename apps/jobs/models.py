@@ -1,0 +1,186 @@
+"""What to run and when (JobDefinition), one execution (JobRun), one delivery try (RunAttempt)."""
+
+import zlib
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.core.models import TenantQuerySet, UUIDModel
+from apps.tenants.models import Tenant
+
+
+def partition_for(definition_id) -> int:
+    """Stable partition of a definition: a hash of its id, never of mutable fields."""
+    return zlib.crc32(definition_id.bytes) % settings.CHIME_PARTITIONS
+
+
+class ScheduleType(models.TextChoices):
+    CRON = "cron"
+    ONCE = "once"
+
+
+class Priority(models.TextChoices):
+    HIGH = "high"
+    DEFAULT = "default"
+    LOW = "low"
+
+
+class JobStatus(models.TextChoices):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    COMPLETED = "completed"  # a `once` job whose run has been materialized
+    DELETED = "deleted"  # stopped by DELETE; kept for its run history
+
+
+class JobDefinition(UUIDModel):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jobs")
+    name = models.CharField(max_length=200)
+
+    schedule_type = models.CharField(max_length=8, choices=ScheduleType.choices)
+    cron_expression = models.CharField(max_length=120, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    run_at = models.DateTimeField(null=True, blank=True)
+
+    target_url = models.CharField(max_length=2048)
+    target_method = models.CharField(max_length=8, default="POST")
+    target_headers = models.JSONField(default=dict, blank=True)
+    target_body = models.JSONField(null=True, blank=True)
+
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.DEFAULT)
+    timeout_seconds = models.PositiveIntegerField(default=30)
+    retry_max_attempts = models.PositiveIntegerField(default=5)
+    retry_initial_backoff_seconds = models.PositiveIntegerField(default=10)
+    retry_max_backoff_seconds = models.PositiveIntegerField(default=3600)
+
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.ACTIVE)
+    status_reason = models.CharField(max_length=500, blank=True)
+    partition = models.SmallIntegerField(editable=False)
+    # When the scheduler must next look at this job; NULL when nothing more will fire.
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    # The latest occurrence materialized as a run (the scheduler's high-water mark).
+    last_scheduled_for = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The due-scan: `status='active' AND next_fire_at <= now ORDER BY next_fire_at`,
+            # filtered by the shard's partitions inside the index. Partial, so paused and finished
+            # jobs cost nothing, and "nothing due" is an empty index range.
+            models.Index(
+                fields=["next_fire_at", "partition"],
+                name="jobdef_due_idx",
+                condition=Q(status="active", next_fire_at__isnull=False),
+            ),
+            models.Index(fields=["tenant", "-created_at"], name="jobdef_tenant_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args, **kwargs):
+        if self.partition is None:
+            self.partition = partition_for(self.id)
+        super().save(*args, **kwargs)
+
+    @property
+    def enabled(self) -> bool:
+        return self.status != JobStatus.PAUSED
+
+
+class RunStatus(models.TextChoices):
+    SCHEDULED = "scheduled"  # row exists; waits for available_at
+    QUEUED = "queued"  # on the broker
+    RUNNING = "running"  # a worker holds the lease
+    RETRYING = "retrying"  # waits in the database until available_at
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # dead letter; replayable
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+TERMINAL_RUN_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
+
+
+class Trigger(models.TextChoices):
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
+
+
+class JobRun(UUIDModel):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs")
+    definition = models.ForeignKey(JobDefinition, on_delete=models.CASCADE, related_name="runs")
+    # Copied from the definition so release and routing need no join.
+    partition = models.SmallIntegerField()
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.DEFAULT)
+
+    scheduled_for = models.DateTimeField()  # the occurrence this run stands for
+    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.SCHEDULED)
+    status_reason = models.CharField(max_length=500, blank=True)
+    # When the run may next be handed to a worker: its fire time, then each retry's time.
+    available_at = models.DateTimeField()
+    attempt_count = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Invariant 1: one run per occurrence, whatever runs twice or dies.
+            models.UniqueConstraint(fields=["definition", "scheduled_for"], name="jobrun_unique_occurrence"),
+        ]
+        indexes = [
+            # Release: runs whose time has come, per partition.
+            models.Index(
+                fields=["available_at", "partition"],
+                name="jobrun_releasable_idx",
+                condition=Q(status__in=["scheduled", "retrying"]),
+            ),
+            # Recovery sweeps: queued runs nobody took, running runs whose lease ran out.
+            models.Index(fields=["queued_at"], name="jobrun_queued_idx", condition=Q(status="queued")),
+            models.Index(fields=["lease_expires_at"], name="jobrun_running_idx", condition=Q(status="running")),
+            models.Index(fields=["tenant", "-created_at"], name="jobrun_tenant_created_idx"),
+            models.Index(fields=["definition", "-scheduled_for"], name="jobrun_definition_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.definition_id}@{self.scheduled_for.isoformat()}"
+
+
+class ErrorKind(models.TextChoices):
+    NETWORK = "network"
+    TIMEOUT = "timeout"
+    REFUSED = "refused"  # SSRF guard
+    INVALID_TARGET = "invalid_target"
+    HTTP = "http"  # the endpoint answered with a non-2xx status
+    WORKER_LOST = "worker_lost"
+
+
+class RunAttempt(UUIDModel):
+    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=1000, blank=True)
+    error_kind = models.CharField(max_length=16, choices=ErrorKind.choices, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    response_excerpt = models.TextField(blank=True)
+    request_headers = models.JSONField(default=dict, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="runattempt_unique_number")]
+        ordering = ["number"]

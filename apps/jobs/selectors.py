@@ -1,0 +1,30 @@
+"""Reads for jobs and runs. Every function takes the tenant: nothing here reads across tenants."""
+
+from django.db.models import Prefetch, QuerySet
+
+from apps.tenants.models import Tenant
+
+from .models import JobDefinition, JobRun, JobStatus, RunAttempt
+
+RECENT_RUNS = 20
+
+
+def job_list(*, tenant: Tenant) -> QuerySet[JobDefinition]:
+    return JobDefinition.objects.for_tenant(tenant).exclude(status=JobStatus.DELETED).order_by("-created_at")
+
+
+def job_get(*, tenant: Tenant, job_id) -> JobDefinition:
+    return job_list(tenant=tenant).get(pk=job_id)
+
+
+def job_recent_runs(*, job: JobDefinition, limit: int = RECENT_RUNS) -> list[JobRun]:
+    return list(JobRun.objects.filter(definition=job, tenant_id=job.tenant_id).order_by("-scheduled_for")[:limit])
+
+
+def run_list(*, tenant: Tenant) -> QuerySet[JobRun]:
+    return JobRun.objects.for_tenant(tenant).order_by("-created_at")
+
+
+def run_get(*, tenant: Tenant, run_id) -> JobRun:
+    attempts = Prefetch("attempts", queryset=RunAttempt.objects.order_by("number"))
+    return run_list(tenant=tenant).prefetch_related(attempts).get(pk=run_id)

@@ -1,0 +1,81 @@
+from django.conf import settings
+from django.db import models
+
+from apps.core.models import TenantQuerySet, UUIDModel
+
+
+class Tenant(UUIDModel):
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    VIEWER = "viewer", "Viewer"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique_user_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role})"
+
+
+class ApiKey(UUIDModel):
+    """A tenant's API key. Only a SHA-256 of the raw key is stored; the raw key is shown once.
+
+    Keys carry 240 bits of randomness, so a fast hash is enough (nothing to brute-force), and it
+    lets authentication be one indexed lookup.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.tenant})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class SigningSecret(UUIDModel):
+    """A tenant's webhook signing secret (`whsec_...`).
+
+    The current secret has `expires_at` NULL. Rotation (docs/api.md) gives the old one an expiry,
+    and until then every delivery is signed with both.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="signing_secrets")
+    secret = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant"], condition=models.Q(expires_at__isnull=True), name="signing_secret_one_current"
+            )
+        ]

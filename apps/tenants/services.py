@@ -1,0 +1,44 @@
+"""Writes for tenants, API keys and signing secrets."""
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.delivery.signing import generate_signing_secret
+
+from .models import ApiKey, SigningSecret, Tenant
+
+API_KEY_PREFIX = "chime_"
+
+
+def hash_api_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+@transaction.atomic
+def tenant_create(*, slug: str, name: str = "") -> Tenant:
+    tenant = Tenant.objects.create(slug=slug, name=name or slug)
+    SigningSecret.objects.create(tenant=tenant, secret=generate_signing_secret())
+    return tenant
+
+
+@dataclass(frozen=True)
+class CreatedApiKey:
+    api_key: ApiKey
+    raw_key: str  # shown to the user once, never stored
+
+
+def api_key_create(*, tenant: Tenant, name: str = "") -> CreatedApiKey:
+    visible = secrets.token_hex(4)
+    raw_key = f"{API_KEY_PREFIX}{visible}_{secrets.token_urlsafe(30)}"
+    api_key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=f"{API_KEY_PREFIX}{visible}", key_hash=hash_api_key(raw_key)
+    )
+    return CreatedApiKey(api_key=api_key, raw_key=raw_key)
+
+
+def api_key_revoke(*, api_key: ApiKey) -> None:
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
