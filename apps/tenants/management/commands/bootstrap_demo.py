@@ -1,0 +1,49 @@
+"""Create (or reuse) a demo tenant with an owner user, and print a fresh API key. For `./chime run`."""
+
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from apps.tenants.models import Membership, Role
+from apps.tenants.selectors import tenant_by_slug
+from apps.tenants.services import api_key_create, tenant_create
+
+
+class Command(BaseCommand):
+    help = "Create the demo tenant, user and a new API key, and print how to use them."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--url", default="http://127.0.0.1:8000")
+
+    @transaction.atomic
+    def handle(self, *args, url, **options):
+        tenant = tenant_by_slug("demo") or tenant_create(slug="demo", name="Demo")
+        User = get_user_model()
+        user = User.objects.filter(username="demo").first()
+        password_line = "password: (set on first run; change it with ./chime manage changepassword demo)"
+        if user is None:
+            password = secrets.token_urlsafe(12)
+            user = User.objects.create_user(username="demo", email="demo@example.com", password=password)
+            password_line = f"password: {password}"
+        Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": Role.OWNER})
+        key = api_key_create(tenant=tenant, name="demo").raw_key
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    "Chime is starting.",
+                    f"  URL:      {url}/",
+                    f"  API:      {url}/api/v1/jobs",
+                    f"  tenant:   {tenant.slug}",
+                    f"  user:     {user.username}",
+                    f"  {password_line}",
+                    f"  API key:  {key}   (shown once; a new one is made on every start)",
+                    "",
+                    "Try it:",
+                    f"  curl -s -H 'Authorization: Bearer {key}' {url}/api/v1/jobs",
+                    "",
+                ]
+            )
+        )
