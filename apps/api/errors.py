@@ -1,9 +1,10 @@
 """One error shape for every API failure:
 
-    {"error": {"code": "invalid", "message": "...", "fields": {"schedule.expression": ["..."]}}}
+{"error": {"code": "invalid", "message": "...", "fields": {"schedule.expression": ["..."]}}}
 """
 
-from django.core.exceptions import ObjectDoesNotExist, ValidationError as DjangoValidationError
+from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response

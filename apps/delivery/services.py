@@ -62,7 +62,9 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
                 attempt_count=F("attempt_count") + 1,
                 started_at=now,
                 lease_owner=owner,
-                lease_expires_at=now + timedelta(seconds=timeout_seconds) + timedelta(seconds=settings.CHIME_LEASE_SLACK_SECONDS),
+                lease_expires_at=now
+                + timedelta(seconds=timeout_seconds)
+                + timedelta(seconds=settings.CHIME_LEASE_SLACK_SECONDS),
             )
     for run in runs:
         run.status = RunStatus.RUNNING

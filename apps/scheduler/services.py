@@ -93,9 +93,7 @@ def release_due_runs(*, partitions: list[int] | None, now: datetime, batch_size:
     with transaction.atomic():
         rows = list(
             _in_partitions(
-                JobRun.objects.select_for_update(skip_locked=True).filter(
-                    status__in=RELEASABLE, available_at__lte=now
-                ),
+                JobRun.objects.select_for_update(skip_locked=True).filter(status__in=RELEASABLE, available_at__lte=now),
                 partitions,
             )
             .order_by("available_at")

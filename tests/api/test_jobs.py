@@ -11,8 +11,12 @@ pytestmark = pytest.mark.django_db
 CRON_JOB = {
     "name": "nightly-report",
     "schedule": {"type": "cron", "expression": "0 2 * * *", "timezone": "Europe/Berlin"},
-    "target": {"url": "https://example.com/hook", "method": "POST", "headers": {"X-Team": "billing"},
-               "body": {"any": "json"}},
+    "target": {
+        "url": "https://example.com/hook",
+        "method": "POST",
+        "headers": {"X-Team": "billing"},
+        "body": {"any": "json"},
+    },
     "priority": "high",
     "timeout_seconds": 30,
     "retry": {"max_attempts": 5, "initial_backoff_seconds": 10, "max_backoff_seconds": 3600},
@@ -54,8 +58,11 @@ def test_it_creates_a_cron_job_and_returns_the_contract(api):
 def test_it_applies_defaults(api):
     response = api.post(
         "/api/v1/jobs",
-        {"name": "ping", "schedule": {"type": "cron", "expression": "*/5 * * * *"},
-         "target": {"url": "https://example.com/ping"}},
+        {
+            "name": "ping",
+            "schedule": {"type": "cron", "expression": "*/5 * * * *"},
+            "target": {"url": "https://example.com/ping"},
+        },
         format="json",
     )
     assert response.status_code == 201, response.json()
@@ -70,8 +77,11 @@ def test_it_applies_defaults(api):
 
 def test_a_once_job_without_run_at_is_due_now(api):
     before = datetime.now(UTC)
-    response = api.post("/api/v1/jobs", {"name": "now", "schedule": {"type": "once"},
-                                         "target": {"url": "https://example.com/x"}}, format="json")
+    response = api.post(
+        "/api/v1/jobs",
+        {"name": "now", "schedule": {"type": "once"}, "target": {"url": "https://example.com/x"}},
+        format="json",
+    )
     assert response.status_code == 201, response.json()
     body = response.json()
     next_fire = datetime.fromisoformat(body["next_fire_at"])
@@ -80,8 +90,15 @@ def test_a_once_job_without_run_at_is_due_now(api):
 
 
 def test_a_once_job_keeps_its_instant(api):
-    response = api.post("/api/v1/jobs", {"name": "later", "schedule": {"type": "once", "run_at": "2030-12-01T11:00:00+01:00"},
-                                         "target": {"url": "https://example.com/x"}}, format="json")
+    response = api.post(
+        "/api/v1/jobs",
+        {
+            "name": "later",
+            "schedule": {"type": "once", "run_at": "2030-12-01T11:00:00+01:00"},
+            "target": {"url": "https://example.com/x"},
+        },
+        format="json",
+    )
     assert response.status_code == 201
     assert response.json()["next_fire_at"] == "2030-12-01T10:00:00Z"
 
@@ -126,8 +143,15 @@ def test_bad_input_is_a_400_naming_the_field(api, changes, field):
 
 
 def test_a_naive_run_at_is_refused_not_guessed(api):
-    response = api.post("/api/v1/jobs", {"name": "x", "schedule": {"type": "once", "run_at": "2030-12-01T10:00:00"},
-                                         "target": {"url": "https://example.com/x"}}, format="json")
+    response = api.post(
+        "/api/v1/jobs",
+        {
+            "name": "x",
+            "schedule": {"type": "once", "run_at": "2030-12-01T10:00:00"},
+            "target": {"url": "https://example.com/x"},
+        },
+        format="json",
+    )
     assert response.status_code == 400
     assert "schedule.run_at" in response.json()["error"]["fields"]
 
@@ -190,28 +214,55 @@ def test_job_detail_has_recent_runs_newest_first(api, tenant):
     job = JobDefinition.objects.get(pk=api.post("/api/v1/jobs", CRON_JOB, format="json").json()["id"])
     for day in (1, 2, 3):
         when = datetime(2026, 11, day, 1, tzinfo=UTC)
-        JobRun.objects.create(tenant=tenant, definition=job, partition=job.partition, scheduled_for=when,
-                              available_at=when)
+        JobRun.objects.create(
+            tenant=tenant, definition=job, partition=job.partition, scheduled_for=when, available_at=when
+        )
     runs = api.get(f"/api/v1/jobs/{job.id}").json()["recent_runs"]
     assert [run["scheduled_for"] for run in runs] == [
-        "2026-11-03T01:00:00Z", "2026-11-02T01:00:00Z", "2026-11-01T01:00:00Z"]
-    assert set(runs[0]) >= {"id", "job_id", "status", "trigger", "scheduled_for", "attempt_count", "created_at",
-                            "finished_at"}
+        "2026-11-03T01:00:00Z",
+        "2026-11-02T01:00:00Z",
+        "2026-11-01T01:00:00Z",
+    ]
+    assert set(runs[0]) >= {
+        "id",
+        "job_id",
+        "status",
+        "trigger",
+        "scheduled_for",
+        "attempt_count",
+        "created_at",
+        "finished_at",
+    }
 
 
 def test_run_detail_has_attempts_and_is_tenant_scoped(api, other_api, tenant):
     job = JobDefinition.objects.get(pk=api.post("/api/v1/jobs", CRON_JOB, format="json").json()["id"])
     when = datetime(2026, 11, 1, 1, tzinfo=UTC)
-    run = JobRun.objects.create(tenant=tenant, definition=job, partition=job.partition, scheduled_for=when,
-                                available_at=when, status=RunStatus.SUCCEEDED, attempt_count=1)
+    run = JobRun.objects.create(
+        tenant=tenant,
+        definition=job,
+        partition=job.partition,
+        scheduled_for=when,
+        available_at=when,
+        status=RunStatus.SUCCEEDED,
+        attempt_count=1,
+    )
     RunAttempt.objects.create(run=run, number=1, started_at=when, finished_at=when, status_code=200, duration_ms=12)
 
     body = api.get(f"/api/v1/runs/{run.id}").json()
     assert body["id"] == str(run.id)
     assert body["job_id"] == str(job.id)
-    assert body["attempts"] == [{"number": 1, "started_at": "2026-11-01T01:00:00Z",
-                                 "finished_at": "2026-11-01T01:00:00Z", "status_code": 200, "error": "",
-                                 "error_kind": "", "duration_ms": 12}]
+    assert body["attempts"] == [
+        {
+            "number": 1,
+            "started_at": "2026-11-01T01:00:00Z",
+            "finished_at": "2026-11-01T01:00:00Z",
+            "status_code": 200,
+            "error": "",
+            "error_kind": "",
+            "duration_ms": 12,
+        }
+    ]
     assert other_api.get(f"/api/v1/runs/{run.id}").status_code == 404
 
 

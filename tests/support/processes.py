@@ -76,9 +76,25 @@ class Process:
 
 def start_worker(name: str = "worker", queues: str = "runs.high,runs.default,runs.low", concurrency: int = 2, **env):
     args = [
-        sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queues, "--pool", "prefork",
-        "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-        "--without-heartbeat", "-n", f"{name}-{time.monotonic_ns()}@%h",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "-Q",
+        queues,
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-n",
+        f"{name}-{time.monotonic_ns()}@%h",
     ]
     process = Process(name, args, process_env(**env))
     process.wait_for_log("ready.", timeout=60)

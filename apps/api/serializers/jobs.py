@@ -13,8 +13,18 @@ from .runs import RunSerializer
 HTTP_METHODS = ["POST", "PUT", "PATCH", "DELETE", "GET"]
 # Set by Chime on every delivery; a job may not override them.
 RESERVED_HEADERS = {
-    "webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key", "host", "content-length",
-    "transfer-encoding", "connection", "chime-attempt", "chime-scheduled-for", "chime-job-id", "chime-run-id",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "idempotency-key",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "chime-attempt",
+    "chime-scheduled-for",
+    "chime-job-id",
+    "chime-run-id",
 }
 
 
@@ -76,9 +86,7 @@ class RetrySerializer(StrictSerializer):
 
     def validate(self, attrs):
         if attrs["max_backoff_seconds"] < attrs["initial_backoff_seconds"]:
-            raise serializers.ValidationError(
-                {"max_backoff_seconds": ["Must be at least initial_backoff_seconds."]}
-            )
+            raise serializers.ValidationError({"max_backoff_seconds": ["Must be at least initial_backoff_seconds."]})
         return attrs
 
 

@@ -25,8 +25,15 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobRun
         fields = [
-            "id", "job_id", "status", "status_reason", "trigger", "scheduled_for", "attempt_count",
-            "created_at", "finished_at",
+            "id",
+            "job_id",
+            "status",
+            "status_reason",
+            "trigger",
+            "scheduled_for",
+            "attempt_count",
+            "created_at",
+            "finished_at",
         ]
 
     def get_status_reason(self, run: JobRun) -> str | None:

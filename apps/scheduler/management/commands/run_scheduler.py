@@ -47,7 +47,9 @@ class Command(BaseCommand):
                 requeued = requeue_stale_runs(partitions=partitions, now=now, batch_size=1000)
                 recovered = recover_expired_leases(now=now)
                 if requeued or recovered:
-                    logger.info("sweep: requeued %d stale queued runs, recovered %d expired leases", requeued, recovered)
+                    logger.info(
+                        "sweep: requeued %d stale queued runs, recovered %d expired leases", requeued, recovered
+                    )
                 last_sweep = time.monotonic()
             if result.materialized or result.released:
                 logger.info("tick: materialized %d definitions, released %d runs", result.materialized, result.released)

@@ -22,7 +22,7 @@ class Command(BaseCommand):
         tenant = tenant_by_slug("demo") or tenant_create(slug="demo", name="Demo")
         User = get_user_model()
         user = User.objects.filter(username="demo").first()
-        password_line = "password: (set on first run; change it with ./chime manage changepassword demo)"
+        password_line = "password: (set on first run; change it with ./chime manage changepassword demo)"  # noqa: S105
         if user is None:
             password = secrets.token_urlsafe(12)
             user = User.objects.create_user(username="demo", email="demo@example.com", password=password)

@@ -1,6 +1,6 @@
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import validate_slug
-from django.core.exceptions import ValidationError
 
 from apps.tenants.selectors import tenant_by_slug
 from apps.tenants.services import tenant_create
