@@ -3,6 +3,7 @@ from rest_framework.routers import SimpleRouter
 
 from .views.jobs import JobViewSet
 from .views.runs import RunViewSet
+from .views.schedules import schedule_preview
 from .views.signing import signing_secret
 
 router = SimpleRouter(trailing_slash=False)
@@ -12,5 +13,6 @@ router.register("runs", RunViewSet, basename="run")
 app_name = "api"
 urlpatterns = [
     path("signing-secret", signing_secret, name="signing-secret"),
+    path("schedules/preview", schedule_preview, name="schedule-preview"),
     *router.urls,
 ]

@@ -212,7 +212,7 @@ def deliver_runs(run_ids: list[str]) -> DeliveryReport:
     return report
 
 
-def recover_expired_leases(*, now: datetime, batch_size: int = 1000) -> int:
+def recover_expired_leases(*, partitions: list[int], now: datetime, batch_size: int = 1000) -> int:
     """Runs whose worker died mid-delivery: record the lost attempt, then retry or dead-letter.
 
     The attempt counter was already raised by the claim, so a job that kills its workers ends
@@ -221,7 +221,7 @@ def recover_expired_leases(*, now: datetime, batch_size: int = 1000) -> int:
     with transaction.atomic():
         runs = list(
             JobRun.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+            .filter(status=RunStatus.RUNNING, lease_expires_at__lt=now, partition__in=partitions)
             .select_related("definition")[:batch_size]
         )
         for run in runs:

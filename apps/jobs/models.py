@@ -1,6 +1,8 @@
 """What to run and when (JobDefinition), one execution (JobRun), one delivery try (RunAttempt)."""
 
+import hashlib
 import zlib
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -8,6 +10,8 @@ from django.db.models import Q
 
 from apps.core.models import TenantQuerySet, UUIDModel
 from apps.tenants.models import Tenant
+
+from .schedules import CronSchedule, DstPolicy
 
 
 def partition_for(definition_id) -> int:
@@ -26,6 +30,22 @@ class Priority(models.TextChoices):
     LOW = "low"
 
 
+class MisfirePolicy(models.TextChoices):
+    CATCH_UP = "catch_up"  # every missed occurrence, up to catch_up_limit
+    SKIP = "skip"  # only what is on time; missed ones are recorded as skipped
+    COALESCE = "coalesce"  # one run for the whole gap
+
+
+class DstGap(models.TextChoices):
+    SHIFT = "shift"
+    SKIP = "skip"
+
+
+class DstOverlap(models.TextChoices):
+    FIRST = "first"
+    BOTH = "both"
+
+
 class JobStatus(models.TextChoices):
     ACTIVE = "active"
     PAUSED = "paused"
@@ -41,6 +61,12 @@ class JobDefinition(UUIDModel):
     cron_expression = models.CharField(max_length=120, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
     run_at = models.DateTimeField(null=True, blank=True)
+    dst_gap = models.CharField(max_length=8, choices=DstGap.choices, default=DstGap.SHIFT)
+    dst_overlap = models.CharField(max_length=8, choices=DstOverlap.choices, default=DstOverlap.FIRST)
+    misfire_policy = models.CharField(max_length=16, choices=MisfirePolicy.choices, default=MisfirePolicy.CATCH_UP)
+    catch_up_limit = models.PositiveIntegerField(default=100)
+    # Deterministic per-job delay in [0, jitter_seconds], derived from the id (see jitter_offset).
+    jitter_seconds = models.PositiveIntegerField(default=0)
 
     target_url = models.CharField(max_length=2048)
     target_method = models.CharField(max_length=8, default="POST")
@@ -55,6 +81,7 @@ class JobDefinition(UUIDModel):
 
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.ACTIVE)
     status_reason = models.CharField(max_length=500, blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
     partition = models.SmallIntegerField(editable=False)
     # When the scheduler must next look at this job; NULL when nothing more will fire.
     next_fire_at = models.DateTimeField(null=True, blank=True)
@@ -91,6 +118,17 @@ class JobDefinition(UUIDModel):
     def enabled(self) -> bool:
         return self.status != JobStatus.PAUSED
 
+    @property
+    def jitter_offset(self) -> timedelta:
+        """Stable across restarts and processes: a hash of the id, not a random draw."""
+        if not self.jitter_seconds:
+            return timedelta(0)
+        digest = hashlib.sha256(self.id.bytes).digest()
+        return timedelta(seconds=int.from_bytes(digest[:8], "big") % (self.jitter_seconds + 1))
+
+    def schedule(self) -> CronSchedule:
+        return CronSchedule.parse(self.cron_expression, self.timezone, DstPolicy(self.dst_gap, self.dst_overlap))
+
 
 class RunStatus(models.TextChoices):
     SCHEDULED = "scheduled"  # row exists; waits for available_at
@@ -103,6 +141,8 @@ class RunStatus(models.TextChoices):
     SKIPPED = "skipped"
 
 
+# Not yet handed to a worker (or waiting between attempts): safe to cancel outright.
+UNSTARTED_RUN_STATUSES = ("scheduled", "queued", "retrying")
 TERMINAL_RUN_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SKIPPED)
 
 
@@ -126,6 +166,10 @@ class JobRun(UUIDModel):
     # When the run may next be handed to a worker: its fire time, then each retry's time.
     available_at = models.DateTimeField()
     attempt_count = models.PositiveIntegerField(default=0)
+    # A coalesced run stands for several missed occurrences; a skipped summary row for many.
+    coalesced_count = models.PositiveIntegerField(null=True, blank=True)
+    coalesced_first_at = models.DateTimeField(null=True, blank=True)
+    coalesced_last_at = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 

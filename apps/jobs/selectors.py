@@ -21,6 +21,11 @@ def job_recent_runs(*, job: JobDefinition, limit: int = RECENT_RUNS) -> list[Job
     return list(JobRun.objects.filter(definition=job, tenant_id=job.tenant_id).order_by("-scheduled_for")[:limit])
 
 
+def job_runs(*, job: JobDefinition) -> QuerySet[JobRun]:
+    """All runs of a job, skipped and cancelled ones included: the job's full accounting."""
+    return JobRun.objects.filter(definition=job, tenant_id=job.tenant_id)
+
+
 def run_list(*, tenant: Tenant) -> QuerySet[JobRun]:
     return JobRun.objects.for_tenant(tenant).order_by("-created_at")
 

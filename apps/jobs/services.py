@@ -1,5 +1,6 @@
 """Writes for job definitions and runs. Each public function is one transaction."""
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
@@ -7,13 +8,13 @@ from django.utils import timezone
 
 from apps.tenants.models import Tenant
 
-from .models import JobDefinition, JobStatus, ScheduleType
-from .schedules import CronSchedule
+from .models import UNSTARTED_RUN_STATUSES, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
+from .planning import insert_runs, plan_definition, runs_from_plan
 
 
 def next_fire_after(definition: JobDefinition, after: datetime) -> datetime | None:
     """The first occurrence of a cron definition strictly after `after` (UTC), or None."""
-    return CronSchedule.parse(definition.cron_expression, definition.timezone).next_after(after)
+    return definition.schedule().next_after(after)
 
 
 def initial_next_fire_at(definition: JobDefinition, now: datetime) -> datetime | None:
@@ -33,3 +34,114 @@ def job_create(*, tenant: Tenant, enabled: bool = True, **fields) -> JobDefiniti
     definition.next_fire_at = initial_next_fire_at(definition, now)
     definition.save()
     return definition
+
+
+class JobActionError(Exception):
+    """An action that the job's state does not allow (HTTP 409), with a message for humans."""
+
+
+def _cancel_unstarted_runs(*, job: JobDefinition, reason: str, now: datetime) -> int:
+    return JobRun.objects.filter(definition=job, status__in=UNSTARTED_RUN_STATUSES).update(
+        status=RunStatus.CANCELLED, status_reason=reason, finished_at=now
+    )
+
+
+@transaction.atomic
+def job_pause(*, job: JobDefinition) -> JobDefinition:
+    """Stop scheduling. Runs already materialized are cancelled by the worker right before sending."""
+    job = JobDefinition.objects.select_for_update().get(pk=job.pk)
+    if job.status == JobStatus.ACTIVE:
+        job.status, job.paused_at, job.status_reason = JobStatus.PAUSED, timezone.now(), "Paused by the API."
+        job.save(update_fields=["status", "paused_at", "status_reason", "updated_at"])
+    elif job.status != JobStatus.PAUSED:
+        raise JobActionError(f"A {job.status} job cannot be paused.")
+    return job
+
+
+@transaction.atomic
+def job_resume(*, job: JobDefinition) -> JobDefinition:
+    """Schedule again. Occurrences that fell in the pause are handled by the job's misfire policy;
+    those that do not fire are recorded as skipped with the reason that the job was paused."""
+    job = JobDefinition.objects.select_for_update().get(pk=job.pk)
+    if job.status == JobStatus.ACTIVE:
+        return job
+    if job.status != JobStatus.PAUSED:
+        raise JobActionError(f"A {job.status} job cannot be resumed.")
+    now = timezone.now()
+    job.status, job.status_reason, job.paused_at = JobStatus.ACTIVE, "", None
+    if job.next_fire_at is not None and job.next_fire_at <= now:
+        plan = plan_definition(job, now=now, pause_reason="Job was paused at the time.")
+        insert_runs(list(runs_from_plan(job, plan, now=now)))
+        job.next_fire_at = plan.next_fire_at
+        if plan.completed:
+            job.status = JobStatus.COMPLETED
+    job.save(update_fields=["status", "status_reason", "paused_at", "next_fire_at", "updated_at"])
+    return job
+
+
+def job_trigger(*, job: JobDefinition) -> JobRun:
+    """A run now, outside the schedule (fires even if the job is paused: someone asked for it)."""
+    if job.status == JobStatus.DELETED:
+        raise JobActionError("A deleted job cannot be triggered.")
+    now = timezone.now()
+    return JobRun.objects.create(
+        tenant_id=job.tenant_id,
+        definition=job,
+        partition=job.partition,
+        priority=job.priority,
+        scheduled_for=now,
+        available_at=now,
+        trigger=Trigger.MANUAL,
+    )
+
+
+MAX_BACKFILL_RUNS = 1000
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    created: list[JobRun]
+    existing: int
+
+
+@transaction.atomic
+def job_backfill(*, job: JobDefinition, start: datetime, end: datetime) -> BackfillResult:
+    """Materialize every occurrence in (start, end]; occurrences that already have a run keep it."""
+    if job.schedule_type != ScheduleType.CRON:
+        raise JobActionError("Backfill needs a cron schedule.")
+    if job.status == JobStatus.DELETED:
+        raise JobActionError("A deleted job cannot be backfilled.")
+    occurrences = job.schedule().between(start, end, MAX_BACKFILL_RUNS + 1)
+    if len(occurrences) > MAX_BACKFILL_RUNS:
+        raise JobActionError(f"That range has more than {MAX_BACKFILL_RUNS} occurrences; split it.")
+    candidates = [
+        JobRun(
+            tenant_id=job.tenant_id,
+            definition=job,
+            partition=job.partition,
+            priority=job.priority,
+            scheduled_for=fire.utc,
+            available_at=timezone.now(),
+            trigger=Trigger.BACKFILL,
+        )
+        for fire in occurrences
+    ]
+    taken = set(
+        JobRun.objects.filter(definition=job, scheduled_for__in=[r.scheduled_for for r in candidates]).values_list(
+            "scheduled_for", flat=True
+        )
+    )
+    created = [run for run in candidates if run.scheduled_for not in taken]
+    insert_runs(created)
+    return BackfillResult(created=created, existing=len(candidates) - len(created))
+
+
+@transaction.atomic
+def job_delete(*, job: JobDefinition) -> JobDefinition:
+    """Stop the job for good; runs that have not started are cancelled; history is kept."""
+    job = JobDefinition.objects.select_for_update().get(pk=job.pk)
+    now = timezone.now()
+    job.status, job.next_fire_at, job.status_reason = JobStatus.DELETED, None, "Deleted by the API."
+    job.save(update_fields=["status", "next_fire_at", "status_reason", "updated_at"])
+    _cancel_unstarted_runs(job=job, reason="Job was deleted.", now=now)
+    return job

@@ -4,98 +4,110 @@
 several processes at once: due definitions and releasable runs are taken with
 `FOR UPDATE SKIP LOCKED`, runs are inserted under the unique (definition, scheduled_for)
 constraint, and a run reaches the broker only through the conditional flip
-`scheduled|retrying -> queued`. See docs/architecture.md.
+`scheduled|retrying -> queued`, made inside a transaction that still holds the partition's lease
+at the epoch this process acquired it (fencing). See docs/architecture.md.
 """
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from uuid6 import uuid7
 
 from apps.delivery.enqueue import publish_runs
-from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
-from apps.jobs.services import next_fire_after
+from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
+from apps.jobs.planning import insert_runs, plan_definition, runs_from_plan
+
+from .leases import LeaseKeeper
+from .models import SchedulerLease
+from .sql import advance_definitions
 
 logger = logging.getLogger(__name__)
 
 RELEASABLE = (RunStatus.SCHEDULED, RunStatus.RETRYING)
+PLANNING_FIELDS = (
+    "id",
+    "tenant_id",
+    "partition",
+    "priority",
+    "schedule_type",
+    "cron_expression",
+    "timezone",
+    "dst_gap",
+    "dst_overlap",
+    "misfire_policy",
+    "catch_up_limit",
+    "jitter_seconds",
+    "next_fire_at",
+    "run_at",
+    "status",
+)
 
 
 @dataclass
 class TickResult:
-    materialized: int = 0
-    released: int = 0
-    requeued: int = 0
-    batches: dict[str, int] = field(default_factory=dict)
+    materialized: int = 0  # definitions processed
+    released: int = 0  # runs handed to the broker
+    lag: timedelta = timedelta(0)  # how late the most overdue occurrence was reached
 
     @property
     def busy(self) -> bool:
-        """True when a batch came back full, so the loop should go again without sleeping."""
-        return any(n >= settings.CHIME_SCHEDULER_BATCH_SIZE for n in self.batches.values())
+        """A batch came back full: go again without sleeping."""
+        size = settings.CHIME_SCHEDULER_BATCH_SIZE
+        return self.materialized >= size or self.released >= size
 
 
-def _in_partitions(queryset, partitions: list[int] | None):
-    if partitions is None or len(partitions) >= settings.CHIME_PARTITIONS:
-        return queryset
-    return queryset.filter(partition__in=partitions)
-
-
-def materialize_due_runs(*, partitions: list[int] | None, now: datetime, batch_size: int) -> int:
+def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: int) -> tuple[int, timedelta]:
     """Turn one batch of due definitions into runs and advance their `next_fire_at`.
 
-    Returns how many definitions were processed (not how many rows were new: a duplicate insert is
-    a no-op, which is what makes two schedulers on one shard harmless).
+    Returns (definitions processed, worst lag). A duplicate insert is a no-op, which is what makes
+    two schedulers on one partition harmless.
     """
+    if not partitions:
+        return 0, timedelta(0)
+    horizon = now + timedelta(seconds=settings.CHIME_SCHEDULER_LOOKAHEAD_SECONDS)
     with transaction.atomic():
-        due = _in_partitions(
-            JobDefinition.objects.select_for_update(skip_locked=True).filter(
-                status=JobStatus.ACTIVE, next_fire_at__lte=now
-            ),
-            partitions,
-        ).order_by("next_fire_at")[:batch_size]
-        definitions = list(due)
+        definitions = list(
+            JobDefinition.objects.select_for_update(skip_locked=True)
+            .filter(status=JobStatus.ACTIVE, next_fire_at__lte=horizon, partition__in=partitions)
+            .order_by("next_fire_at")
+            .only(*PLANNING_FIELDS)[:batch_size]
+        )
         if not definitions:
-            return 0
-        runs = []
+            return 0, timedelta(0)
+        runs, updates, lag = [], [], timedelta(0)
         for definition in definitions:
-            occurrence = definition.next_fire_at
-            runs.append(
-                JobRun(
-                    id=uuid7(),
-                    tenant_id=definition.tenant_id,
-                    definition_id=definition.id,
-                    partition=definition.partition,
-                    priority=definition.priority,
-                    scheduled_for=occurrence,
-                    trigger=Trigger.SCHEDULE,
-                    status=RunStatus.SCHEDULED,
-                    available_at=occurrence,
-                )
-            )
-            definition.last_scheduled_for = occurrence
-            if definition.schedule_type == ScheduleType.ONCE:
-                definition.next_fire_at = None
-                definition.status = JobStatus.COMPLETED
-            else:
-                definition.next_fire_at = next_fire_after(definition, occurrence)
-        JobRun.objects.bulk_create(runs, ignore_conflicts=True)
-        JobDefinition.objects.bulk_update(definitions, ["next_fire_at", "status", "last_scheduled_for"])
-    return len(definitions)
+            plan = plan_definition(definition, now=now)
+            lag = max(lag, plan.lag)
+            runs.extend(runs_from_plan(definition, plan, now=now))
+            last = max((r.scheduled_for for r in plan.runs), default=None)
+            status = JobStatus.COMPLETED if plan.completed else JobStatus.ACTIVE
+            updates.append((definition.id, plan.next_fire_at, status, last))
+        insert_runs(runs)
+        advance_definitions(updates, now=now)
+    return len(definitions), lag
 
 
-def release_due_runs(*, partitions: list[int] | None, now: datetime, batch_size: int) -> int:
-    """Flip runs whose time has come to `queued` and publish them to their priority's queue."""
+def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> int:
+    """Flip runs whose time has come to `queued` and publish them to their priority's queue.
+
+    The flip happens only for partitions whose lease rows this process still holds at its epoch;
+    those rows are locked for the transaction, so a takeover waits for it instead of racing it.
+    """
+    if not leases.held:
+        return 0
     with transaction.atomic():
+        valid = list(
+            SchedulerLease.objects.select_for_update().filter(leases.fence()).values_list("partition", flat=True)
+        )
+        if not valid:
+            return 0
         rows = list(
-            _in_partitions(
-                JobRun.objects.select_for_update(skip_locked=True).filter(status__in=RELEASABLE, available_at__lte=now),
-                partitions,
-            )
+            JobRun.objects.select_for_update(skip_locked=True)
+            .filter(status__in=RELEASABLE, available_at__lte=now, partition__in=valid)
             .order_by("available_at")
             .values_list("id", "priority")[:batch_size]
         )
@@ -104,11 +116,11 @@ def release_due_runs(*, partitions: list[int] | None, now: datetime, batch_size:
         JobRun.objects.filter(id__in=[run_id for run_id, _ in rows], status__in=RELEASABLE).update(
             status=RunStatus.QUEUED, queued_at=now
         )
-    _publish_or_put_back(rows)
+    publish_or_put_back(rows)
     return len(rows)
 
 
-def _publish_or_put_back(rows: list[tuple]) -> None:
+def publish_or_put_back(rows: list[tuple]) -> None:
     by_priority: dict[str, list[str]] = defaultdict(list)
     for run_id, priority in rows:
         by_priority[priority].append(str(run_id))
@@ -123,34 +135,32 @@ def _publish_or_put_back(rows: list[tuple]) -> None:
             )
 
 
-def requeue_stale_runs(*, partitions: list[int] | None, now: datetime, batch_size: int) -> int:
-    """Publish again runs that sat in `queued` past CHIME_REQUEUE_AFTER (lost message, dead
-    scheduler between commit and publish). A duplicate message is harmless: claiming is a
-    conditional flip."""
+def requeue_stale_runs(*, partitions: list[int], now: datetime, batch_size: int) -> int:
+    """Publish again runs that sat in `queued` past CHIME_REQUEUE_AFTER (a lost message, a
+    scheduler that died between commit and publish). A duplicate message is harmless: claiming is
+    a conditional flip."""
+    if not partitions:
+        return 0
     cutoff = now - settings.CHIME_REQUEUE_AFTER
     with transaction.atomic():
         rows = list(
-            _in_partitions(
-                JobRun.objects.select_for_update(skip_locked=True).filter(
-                    status=RunStatus.QUEUED, queued_at__lt=cutoff
-                ),
-                partitions,
-            ).values_list("id", "priority")[:batch_size]
+            JobRun.objects.select_for_update(skip_locked=True)
+            .filter(status=RunStatus.QUEUED, queued_at__lt=cutoff, partition__in=partitions)
+            .values_list("id", "priority")[:batch_size]
         )
         if not rows:
             return 0
         JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(queued_at=now)
-    _publish_or_put_back(rows)
+    publish_or_put_back(rows)
     return len(rows)
 
 
-def scheduler_tick(*, partitions: list[int] | None, now: datetime | None = None) -> TickResult:
+def scheduler_tick(*, leases: LeaseKeeper, now: datetime | None = None) -> TickResult:
     now = now or timezone.now()
     batch_size = settings.CHIME_SCHEDULER_BATCH_SIZE
     result = TickResult()
-    result.materialized = materialize_due_runs(partitions=partitions, now=now, batch_size=batch_size)
-    result.released = release_due_runs(partitions=partitions, now=now, batch_size=batch_size)
-    result.batches = {"materialize": result.materialized, "release": result.released}
+    result.materialized, result.lag = materialize_due_runs(partitions=leases.partitions, now=now, batch_size=batch_size)
+    result.released = release_due_runs(leases=leases, now=now, batch_size=batch_size)
     return result
 
 

@@ -180,5 +180,14 @@ CHIME_ENQUEUE_CHUNK = env.int("CHIME_ENQUEUE_CHUNK", default=50)
 CHIME_MAX_TIMEOUT_SECONDS = 900
 # A run's lease lasts its timeout plus this; after that a sweep treats the worker as dead.
 CHIME_LEASE_SLACK_SECONDS = env.int("CHIME_LEASE_SLACK_SECONDS", default=30)
+# Partition leases: a dead scheduler's partitions are taken over within TTL + refresh interval.
+CHIME_LEASE_TTL_SECONDS = env.int("CHIME_LEASE_TTL_SECONDS", default=10)
+CHIME_LEASE_REFRESH_SECONDS = env.float("CHIME_LEASE_REFRESH_SECONDS", default=3.0)
+# Materialize runs this far ahead of their fire time, so releasing them on time is one cheap flip.
+CHIME_SCHEDULER_LOOKAHEAD_SECONDS = env.float("CHIME_SCHEDULER_LOOKAHEAD_SECONDS", default=2.0)
+# Misfires (docs/time-semantics.md#misfires): an occurrence later than GRACE is "missed" and its
+# job's misfire_policy applies; nothing older than LOOKBACK is materialized individually.
+CHIME_MISFIRE_GRACE_SECONDS = env.int("CHIME_MISFIRE_GRACE_SECONDS", default=60)
+CHIME_MISFIRE_LOOKBACK_SECONDS = env.int("CHIME_MISFIRE_LOOKBACK_SECONDS", default=24 * 3600)
 # How often each scheduler runs the recovery sweeps (stale queued runs, expired leases).
 CHIME_SWEEP_INTERVAL_SECONDS = env.float("CHIME_SWEEP_INTERVAL_SECONDS", default=5.0)

@@ -15,3 +15,5 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+# Two suites on one server (e.g. a developer's run beside CI) each need their own database.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("CHIME_TEST_DATABASE", "test_chime")}  # noqa: F405

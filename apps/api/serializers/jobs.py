@@ -1,11 +1,12 @@
 """The v1 job contract (docs/api.md). Input is validated here; writes go through apps.jobs.services."""
 
 from django.conf import settings
+from django.utils import timezone
 from rest_framework import serializers
 
 from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url
-from apps.jobs.models import JobDefinition, Priority, ScheduleType
-from apps.jobs.schedules import CronSchedule, ScheduleError
+from apps.jobs.models import DstGap, DstOverlap, JobDefinition, MisfirePolicy, Priority, ScheduleType
+from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, ScheduleError
 
 from ..fields import StrictSerializer, UTCDateTimeField
 from .runs import RunSerializer
@@ -94,6 +95,15 @@ def retry_defaults() -> dict:
     return {"max_attempts": 5, "initial_backoff_seconds": 10, "max_backoff_seconds": 3600}
 
 
+class DstPolicySerializer(StrictSerializer):
+    gap = serializers.ChoiceField(choices=DstGap.choices, default=DstGap.SHIFT)
+    overlap = serializers.ChoiceField(choices=DstOverlap.choices, default=DstOverlap.FIRST)
+
+
+def dst_policy_defaults() -> dict:
+    return {"gap": DstGap.SHIFT.value, "overlap": DstOverlap.FIRST.value}
+
+
 class JobInputSerializer(StrictSerializer):
     name = serializers.CharField(max_length=200)
     schedule = ScheduleSerializer()
@@ -102,6 +112,10 @@ class JobInputSerializer(StrictSerializer):
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=settings.CHIME_MAX_TIMEOUT_SECONDS, default=30)
     retry = RetrySerializer(default=retry_defaults)
     enabled = serializers.BooleanField(default=True)
+    dst_policy = DstPolicySerializer(default=dst_policy_defaults)
+    misfire_policy = serializers.ChoiceField(choices=MisfirePolicy.choices, default=MisfirePolicy.CATCH_UP)
+    catch_up_limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+    jitter_seconds = serializers.IntegerField(min_value=0, max_value=3600, default=0)
 
     def to_model_fields(self) -> dict:
         """The validated contract as JobDefinition fields (plus `enabled`) for apps.jobs.services."""
@@ -123,6 +137,11 @@ class JobInputSerializer(StrictSerializer):
             "retry_initial_backoff_seconds": retry["initial_backoff_seconds"],
             "retry_max_backoff_seconds": retry["max_backoff_seconds"],
             "enabled": data["enabled"],
+            "dst_gap": data["dst_policy"]["gap"],
+            "dst_overlap": data["dst_policy"]["overlap"],
+            "misfire_policy": data["misfire_policy"],
+            "catch_up_limit": data["catch_up_limit"],
+            "jitter_seconds": data["jitter_seconds"],
         }
 
 
@@ -157,6 +176,10 @@ class JobSerializer(serializers.Serializer):
                 "max_backoff_seconds": job.retry_max_backoff_seconds,
             },
             "enabled": job.enabled,
+            "dst_policy": {"gap": job.dst_gap, "overlap": job.dst_overlap},
+            "misfire_policy": job.misfire_policy,
+            "catch_up_limit": job.catch_up_limit,
+            "jitter_seconds": job.jitter_seconds,
             "next_fire_at": when(job.next_fire_at),
             "created_at": when(job.created_at),
             "updated_at": when(job.updated_at),
@@ -168,3 +191,32 @@ class JobDetailSerializer(JobSerializer):
         data = super().to_representation(job)
         data["recent_runs"] = RunSerializer(self.context.get("recent_runs", []), many=True).data
         return data
+
+
+class PreviewSerializer(StrictSerializer):
+    expression = serializers.CharField(max_length=200)
+    timezone = serializers.CharField(max_length=64, default="UTC")
+    count = serializers.IntegerField(min_value=1, max_value=MAX_PREVIEW_COUNT, default=10)
+    start = UTCDateTimeField(required=False, allow_null=True, default=None)
+    dst_policy = DstPolicySerializer(default=dst_policy_defaults)
+
+    def validate(self, attrs):
+        try:
+            attrs["schedule"] = CronSchedule.parse(
+                attrs["expression"], attrs["timezone"], DstPolicy(**attrs["dst_policy"])
+            )
+        except ScheduleError as error:
+            raise serializers.ValidationError({error.field: [error.message]}) from error
+        return attrs
+
+
+class BackfillSerializer(StrictSerializer):
+    start = UTCDateTimeField()
+    end = UTCDateTimeField()
+
+    def validate(self, attrs):
+        if attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError({"end": ["Must be after start."]})
+        if attrs["end"] > timezone.now():
+            raise serializers.ValidationError({"end": ["Backfill is for the past; end must not be in the future."]})
+        return attrs

@@ -1,0 +1,176 @@
+"""What to materialize for one due definition: a pure function of the definition and the clock.
+
+The misfire policy decides what happens to occurrences that are *late* (their fire time is more
+than CHIME_MISFIRE_GRACE_SECONDS in the past when the scheduler reaches them: after downtime, a
+backlog, or a resume). Occurrences that are on time always fire. Every occurrence that does not
+fire becomes a `skipped` run with a reason, so "did the 3 a.m. run happen?" always has an answer.
+See docs/time-semantics.md#misfires.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from uuid6 import uuid7
+
+from .models import JobDefinition, JobRun, MisfirePolicy, RunStatus, ScheduleType, Trigger
+
+# Skipped occurrences past this many become one summary row instead of one row each.
+MAX_SKIPPED_ROWS = 1000
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    scheduled_for: datetime
+    skipped_reason: str = ""  # non-empty: recorded as `skipped`, never delivered
+    coalesced_count: int | None = None
+    coalesced_first_at: datetime | None = None
+    coalesced_last_at: datetime | None = None
+
+
+@dataclass
+class Plan:
+    runs: list[PlannedRun] = field(default_factory=list)
+    next_fire_at: datetime | None = None
+    completed: bool = False  # a `once` job with nothing left to fire
+    lag: timedelta = timedelta(0)  # how late the earliest due occurrence was reached
+
+
+def _late_description(policy: str, count: int) -> str:
+    return f"Missed while the scheduler was behind; misfire policy '{policy}'" + (
+        f" ({count} occurrences)" if count > 1 else ""
+    )
+
+
+def plan_due(
+    definition: JobDefinition,
+    *,
+    now: datetime,
+    lookahead: timedelta,
+    grace: timedelta,
+    lookback: timedelta,
+    pause_reason: str = "",
+) -> Plan:
+    """Plan the runs of every occurrence from `definition.next_fire_at` up to `now + lookahead`.
+
+    `pause_reason`, when given, is the reason recorded for late occurrences that do not fire
+    (used on resume: they were missed because the job was paused).
+    """
+    first = definition.next_fire_at
+    plan = Plan(lag=max(now - first, timedelta(0)))
+    horizon = now + lookahead
+    if definition.schedule_type == ScheduleType.ONCE:
+        occurrences, plan.next_fire_at, plan.completed = [first], None, True
+        beyond_lookback: list[datetime] = []
+    else:
+        schedule = definition.schedule()
+        cutoff = now - lookback
+        beyond_lookback = []
+        if first < cutoff:
+            # Do not walk an unbounded past: everything before the lookback window is one row.
+            beyond_lookback = [first]
+            first = schedule.next_after(cutoff)
+        occurrences = []
+        at = first
+        while at is not None and at <= horizon:
+            occurrences.append(at)
+            at = schedule.next_after(at)
+        plan.next_fire_at = at
+    if beyond_lookback:
+        plan.runs.append(
+            PlannedRun(
+                scheduled_for=beyond_lookback[0],
+                skipped_reason=f"Missed beyond the {int(lookback.total_seconds() // 3600)} h lookback window.",
+                coalesced_first_at=beyond_lookback[0],
+                coalesced_last_at=now - lookback,
+            )
+        )
+    if definition.schedule_type == ScheduleType.ONCE and now - occurrences[0] > lookback:
+        plan.runs.append(PlannedRun(scheduled_for=occurrences[0], skipped_reason="Missed beyond the lookback window."))
+        return plan
+
+    late = [at for at in occurrences if now - at > grace]
+    on_time = occurrences[len(late) :]
+    policy = definition.misfire_policy
+    skipped_reason = pause_reason or _late_description(policy, 1)
+    if late and policy == MisfirePolicy.SKIP:
+        plan.runs.extend(_skipped_rows(late, skipped_reason))
+    elif late and policy == MisfirePolicy.COALESCE:
+        if len(late) == 1:
+            plan.runs.append(PlannedRun(scheduled_for=late[0]))
+        else:
+            plan.runs.append(
+                PlannedRun(
+                    scheduled_for=late[-1],
+                    coalesced_count=len(late),
+                    coalesced_first_at=late[0],
+                    coalesced_last_at=late[-1],
+                )
+            )
+    elif late:  # catch_up
+        limit = definition.catch_up_limit
+        dropped, kept = late[: max(len(late) - limit, 0)], late[max(len(late) - limit, 0) :]
+        plan.runs.extend(_skipped_rows(dropped, pause_reason or f"Beyond catch_up_limit ({limit})."))
+        plan.runs.extend(PlannedRun(scheduled_for=at) for at in kept)
+    plan.runs.extend(PlannedRun(scheduled_for=at) for at in on_time)
+    return plan
+
+
+def _skipped_rows(occurrences: list[datetime], reason: str) -> list[PlannedRun]:
+    if len(occurrences) <= MAX_SKIPPED_ROWS:
+        return [PlannedRun(scheduled_for=at, skipped_reason=reason) for at in occurrences]
+    head = occurrences[: MAX_SKIPPED_ROWS - 1]
+    rest = occurrences[MAX_SKIPPED_ROWS - 1 :]
+    return [
+        *(PlannedRun(scheduled_for=at, skipped_reason=reason) for at in head),
+        PlannedRun(
+            scheduled_for=rest[0],
+            skipped_reason=f"{reason} ({len(rest)} occurrences summarized in this row)",
+            coalesced_count=len(rest),
+            coalesced_first_at=rest[0],
+            coalesced_last_at=rest[-1],
+        ),
+    ]
+
+
+def plan_definition(definition: JobDefinition, *, now: datetime, pause_reason: str = "") -> Plan:
+    """`plan_due` with the windows from settings."""
+    return plan_due(
+        definition,
+        now=now,
+        lookahead=timedelta(seconds=settings.CHIME_SCHEDULER_LOOKAHEAD_SECONDS),
+        grace=timedelta(seconds=settings.CHIME_MISFIRE_GRACE_SECONDS),
+        lookback=timedelta(seconds=settings.CHIME_MISFIRE_LOOKBACK_SECONDS),
+        pause_reason=pause_reason,
+    )
+
+
+def runs_from_plan(
+    definition: JobDefinition, plan: Plan, *, now: datetime, trigger: str = Trigger.SCHEDULE
+) -> Iterator[JobRun]:
+    offset = definition.jitter_offset
+    for planned in plan.runs:
+        skipped = bool(planned.skipped_reason)
+        yield JobRun(
+            id=uuid7(),
+            tenant_id=definition.tenant_id,
+            definition_id=definition.id,
+            partition=definition.partition,
+            priority=definition.priority,
+            scheduled_for=planned.scheduled_for,
+            trigger=trigger,
+            status=RunStatus.SKIPPED if skipped else RunStatus.SCHEDULED,
+            status_reason=planned.skipped_reason,
+            available_at=planned.scheduled_for + offset,
+            finished_at=now if skipped else None,
+            coalesced_count=planned.coalesced_count,
+            coalesced_first_at=planned.coalesced_first_at,
+            coalesced_last_at=planned.coalesced_last_at,
+        )
+
+
+def insert_runs(runs: list[JobRun]) -> None:
+    """Insert runs; an existing (definition, scheduled_for) is left alone: that is the dedupe."""
+    if runs:
+        JobRun.objects.bulk_create(runs, ignore_conflicts=True, batch_size=5000)

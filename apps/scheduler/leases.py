@@ -1,0 +1,130 @@
+"""Partition ownership through lease rows with an expiry and a fencing epoch.
+
+Not advisory locks: those belong to one database session, which a pooler or a reconnect can
+silently drop. A lease row survives that, expires by itself when its owner dies, and its epoch
+fences a process that wakes up late (see SchedulerLease).
+
+Times come from the database clock (`Now()`), so schedulers on hosts with skewed clocks agree.
+"""
+
+import math
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+from uuid6 import uuid7
+
+from .models import SchedulerLease, SchedulerNode
+
+
+def new_owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid7().hex[-8:]}"
+
+
+def ensure_lease_rows() -> None:
+    SchedulerLease.objects.bulk_create(
+        [
+            SchedulerLease(partition=p, owner="", epoch=0, expires_at=timezone.now() - timedelta(days=1))
+            for p in range(settings.CHIME_PARTITIONS)
+        ],
+        ignore_conflicts=True,
+    )
+
+
+@dataclass
+class LeaseKeeper:
+    """The partitions one scheduler process holds, kept fresh by `refresh()` every few seconds.
+
+    Pinned (`--shard i --shards n`): take every partition of the slice that is free. Unpinned:
+    take free partitions up to a fair share (partitions / live schedulers), and give back extras
+    when more schedulers join, so load spreads without a coordinator.
+    """
+
+    candidates: list[int]
+    pinned: bool
+    owner: str = field(default_factory=new_owner_id)
+    ttl: timedelta = field(default_factory=lambda: timedelta(seconds=settings.CHIME_LEASE_TTL_SECONDS))
+    held: dict[int, int] = field(default_factory=dict)  # partition -> epoch
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self.held)
+
+    def fence(self) -> Q:
+        """Matches the lease rows this process still owns, at the epoch it acquired them."""
+        fence = Q(pk__in=[])
+        for partition, epoch in self.held.items():
+            fence |= Q(partition=partition, epoch=epoch)
+        return fence & Q(owner=self.owner, expires_at__gt=Now())
+
+    def refresh(self, *, lag_ms: int = 0) -> None:
+        SchedulerNode.objects.update_or_create(
+            owner=self.owner,
+            defaults={"heartbeat_at": Now(), "lag_ms": lag_ms, "pinned_slice": "pinned" if self.pinned else ""},
+            create_defaults={"heartbeat_at": Now(), "started_at": Now(), "lag_ms": lag_ms},
+        )
+        self._renew()
+        self._acquire_or_release()
+
+    def _renew(self) -> None:
+        if not self.held:
+            return
+        with transaction.atomic():
+            kept = set(
+                SchedulerLease.objects.select_for_update().filter(self.fence()).values_list("partition", flat=True)
+            )
+            SchedulerLease.objects.filter(partition__in=kept, owner=self.owner).update(expires_at=Now() + self.ttl)
+        self.held = {p: e for p, e in self.held.items() if p in kept}
+
+    def _fair_share(self) -> int:
+        if self.pinned:
+            return len(self.candidates)
+        live = (
+            SchedulerNode.objects.filter(heartbeat_at__gt=Now() - self.ttl, pinned_slice="")
+            .exclude(owner=self.owner)
+            .count()
+            + 1
+        )
+        return math.ceil(len(self.candidates) / live)
+
+    def _acquire_or_release(self) -> None:
+        share = self._fair_share()
+        if len(self.held) > share:
+            extra = sorted(self.held)[share:]
+            SchedulerLease.objects.filter(partition__in=extra, owner=self.owner).update(
+                owner="", expires_at=Now() - timedelta(seconds=1)
+            )
+            for partition in extra:
+                del self.held[partition]
+            return
+        want = share - len(self.held)
+        if want <= 0:
+            return
+        with transaction.atomic():
+            free = list(
+                SchedulerLease.objects.select_for_update(skip_locked=True)
+                .filter(partition__in=self.candidates, expires_at__lte=Now())
+                .exclude(partition__in=list(self.held))
+                .order_by("partition")
+                .values_list("partition", flat=True)[:want]
+            )
+            if free:
+                SchedulerLease.objects.filter(partition__in=free, expires_at__lte=Now()).update(
+                    owner=self.owner, epoch=F("epoch") + 1, expires_at=Now() + self.ttl, acquired_at=Now()
+                )
+                for partition, epoch in SchedulerLease.objects.filter(partition__in=free, owner=self.owner).values_list(
+                    "partition", "epoch"
+                ):
+                    self.held[partition] = epoch
+
+    def release_all(self) -> None:
+        """On clean shutdown: hand partitions over at once instead of waiting for expiry."""
+        SchedulerLease.objects.filter(self.fence()).update(owner="", expires_at=Now() - timedelta(seconds=1))
+        SchedulerNode.objects.filter(owner=self.owner).delete()
+        self.held = {}
