@@ -4,7 +4,7 @@ from rest_framework.routers import SimpleRouter
 from .views.jobs import JobViewSet
 from .views.runs import RunViewSet
 from .views.schedules import schedule_preview
-from .views.signing import signing_secret
+from .views.signing import signing_secret, signing_secret_rotation
 
 router = SimpleRouter(trailing_slash=False)
 router.register("jobs", JobViewSet, basename="job")
@@ -13,6 +13,7 @@ router.register("runs", RunViewSet, basename="run")
 app_name = "api"
 urlpatterns = [
     path("signing-secret", signing_secret, name="signing-secret"),
+    path("signing-secret/rotate", signing_secret_rotation, name="signing-secret-rotate"),
     path("schedules/preview", schedule_preview, name="schedule-preview"),
     *router.urls,
 ]

@@ -46,6 +46,12 @@ class DstOverlap(models.TextChoices):
     BOTH = "both"
 
 
+class ConcurrencyPolicy(models.TextChoices):
+    ALLOW = "allow"  # runs of one job may overlap
+    FORBID = "forbid"  # a new run while one is running or retrying is skipped
+    REPLACE = "replace"  # a new run cancels the running or retrying one
+
+
 class JobStatus(models.TextChoices):
     ACTIVE = "active"
     PAUSED = "paused"
@@ -67,6 +73,12 @@ class JobDefinition(UUIDModel):
     catch_up_limit = models.PositiveIntegerField(default=100)
     # Deterministic per-job delay in [0, jitter_seconds], derived from the id (see jitter_offset).
     jitter_seconds = models.PositiveIntegerField(default=0)
+    concurrency_policy = models.CharField(
+        max_length=8, choices=ConcurrencyPolicy.choices, default=ConcurrencyPolicy.ALLOW
+    )
+    # Circuit breaker: this many runs in a row ending `failed` pause the job (0 = never).
+    failure_threshold = models.PositiveIntegerField(default=10)
+    consecutive_failures = models.PositiveIntegerField(default=0)
 
     target_url = models.CharField(max_length=2048)
     target_method = models.CharField(max_length=8, default="POST")
@@ -166,6 +178,9 @@ class JobRun(UUIDModel):
     # When the run may next be handed to a worker: its fire time, then each retry's time.
     available_at = models.DateTimeField()
     attempt_count = models.PositiveIntegerField(default=0)
+    # attempt_count when the run was last replayed: a replay gets a fresh retry budget while
+    # attempt numbers keep counting up (RunAttempt.number stays unique per run).
+    attempts_before_replay = models.PositiveIntegerField(default=0)
     # A coalesced run stands for several missed occurrences; a skipped summary row for many.
     coalesced_count = models.PositiveIntegerField(null=True, blank=True)
     coalesced_first_at = models.DateTimeField(null=True, blank=True)
@@ -213,6 +228,8 @@ class ErrorKind(models.TextChoices):
 
 
 class RunAttempt(UUIDModel):
+    """One delivery try. Written when the try ends (or when its worker is found dead)."""
+
     run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField()

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.tenants.models import Tenant
@@ -69,13 +70,16 @@ def job_resume(*, job: JobDefinition) -> JobDefinition:
         raise JobActionError(f"A {job.status} job cannot be resumed.")
     now = timezone.now()
     job.status, job.status_reason, job.paused_at = JobStatus.ACTIVE, "", None
+    job.consecutive_failures = 0  # resuming resets the circuit breaker
     if job.next_fire_at is not None and job.next_fire_at <= now:
         plan = plan_definition(job, now=now, pause_reason="Job was paused at the time.")
         insert_runs(list(runs_from_plan(job, plan, now=now)))
         job.next_fire_at = plan.next_fire_at
         if plan.completed:
             job.status = JobStatus.COMPLETED
-    job.save(update_fields=["status", "status_reason", "paused_at", "next_fire_at", "updated_at"])
+    job.save(
+        update_fields=["status", "status_reason", "paused_at", "next_fire_at", "consecutive_failures", "updated_at"]
+    )
     return job
 
 
@@ -145,3 +149,49 @@ def job_delete(*, job: JobDefinition) -> JobDefinition:
     job.save(update_fields=["status", "next_fire_at", "status_reason", "updated_at"])
     _cancel_unstarted_runs(job=job, reason="Job was deleted.", now=now)
     return job
+
+
+CANCELLABLE_RUN_STATUSES = (*UNSTARTED_RUN_STATUSES, RunStatus.RUNNING)
+
+
+@transaction.atomic
+def run_cancel(*, run: JobRun) -> JobRun:
+    """Cancel a run that has not finished. A request already in flight completes, but its outcome
+    is not recorded over the cancellation (recording is conditional on the run still running)."""
+    run = JobRun.objects.select_for_update().get(pk=run.pk)
+    if run.status not in CANCELLABLE_RUN_STATUSES:
+        raise JobActionError(f"A {run.status} run cannot be cancelled.")
+    run.status, run.status_reason, run.finished_at = RunStatus.CANCELLED, "Cancelled by the API.", timezone.now()
+    run.lease_owner, run.lease_expires_at = "", None
+    run.save(update_fields=["status", "status_reason", "finished_at", "lease_owner", "lease_expires_at"])
+    return run
+
+
+@transaction.atomic
+def run_replay(*, run: JobRun) -> JobRun:
+    """Send a dead-lettered run again: the same run (same webhook-id), a fresh retry budget, new
+    attempts numbered after the old ones."""
+    run = JobRun.objects.select_for_update().get(pk=run.pk)
+    if run.status != RunStatus.FAILED:
+        raise JobActionError(f"Only failed runs can be replayed; this one is {run.status}.")
+    now = timezone.now()
+    run.status, run.status_reason = RunStatus.SCHEDULED, "Replayed."
+    run.available_at, run.finished_at, run.queued_at = now, None, None
+    run.attempts_before_replay = run.attempt_count
+    run.save(
+        update_fields=["status", "status_reason", "available_at", "finished_at", "queued_at", "attempts_before_replay"]
+    )
+    return run
+
+
+def runs_replay_failed(*, runs) -> int:
+    """Replay every failed run of a (tenant-scoped) queryset; returns how many."""
+    now = timezone.now()
+    return runs.filter(status=RunStatus.FAILED).update(
+        status=RunStatus.SCHEDULED,
+        status_reason="Replayed.",
+        available_at=now,
+        finished_at=None,
+        queued_at=None,
+        attempts_before_replay=F("attempt_count"),
+    )

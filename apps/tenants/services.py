@@ -3,6 +3,7 @@
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -42,3 +43,17 @@ def api_key_create(*, tenant: Tenant, name: str = "") -> CreatedApiKey:
 
 def api_key_revoke(*, api_key: ApiKey) -> None:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+ROTATION_OVERLAP = timedelta(hours=24)
+
+
+@transaction.atomic
+def signing_secret_rotate(*, tenant: Tenant) -> SigningSecret:
+    """Make a new current secret; the old one stays valid (deliveries carry both signatures) for
+    24 hours so receivers can switch without dropping a webhook."""
+    now = timezone.now()
+    SigningSecret.objects.select_for_update().filter(tenant=tenant, expires_at__isnull=True).update(
+        expires_at=now + ROTATION_OVERLAP
+    )
+    return SigningSecret.objects.create(tenant=tenant, secret=generate_signing_secret())

@@ -155,6 +155,10 @@ if REDIS_URL:
     # still running (celery/kombu#337).
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
+EMAIL_CONFIG = env.email_url("EMAIL_URL", default="consolemail://")
+vars().update(EMAIL_CONFIG)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Chime <chime@localhost>")
+
 # --- REST API -------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.api.authentication.ApiKeyAuthentication"],
@@ -178,8 +182,13 @@ CHIME_REQUEUE_AFTER = timedelta(seconds=env.int("CHIME_REQUEUE_AFTER_SECONDS", d
 # Run ids per Celery message: one message per run cannot keep up with a top-of-the-hour spike.
 CHIME_ENQUEUE_CHUNK = env.int("CHIME_ENQUEUE_CHUNK", default=50)
 CHIME_MAX_TIMEOUT_SECONDS = 900
-# A run's lease lasts its timeout plus this; after that a sweep treats the worker as dead.
-CHIME_LEASE_SLACK_SECONDS = env.int("CHIME_LEASE_SLACK_SECONDS", default=30)
+# A claimed run's lease; the worker renews it while the request is in flight. A worker that
+# stops renewing is treated as dead once it expires, whatever the job's timeout.
+CHIME_RUN_LEASE_SECONDS = env.int("CHIME_RUN_LEASE_SECONDS", default=30)
+CHIME_RUN_LEASE_RENEW_SECONDS = env.float("CHIME_RUN_LEASE_RENEW_SECONDS", default=10.0)
+# Fairness: at most this many runs of one tenant are queued or running at once; the rest wait in
+# the database, so one tenant's burst cannot sit in front of another tenant's runs in the queue.
+CHIME_TENANT_MAX_IN_FLIGHT = env.int("CHIME_TENANT_MAX_IN_FLIGHT", default=1000)
 # Partition leases: a dead scheduler's partitions are taken over within TTL + refresh interval.
 CHIME_LEASE_TTL_SECONDS = env.int("CHIME_LEASE_TTL_SECONDS", default=10)
 CHIME_LEASE_REFRESH_SECONDS = env.float("CHIME_LEASE_REFRESH_SECONDS", default=3.0)

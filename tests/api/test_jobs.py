@@ -261,6 +261,8 @@ def test_run_detail_has_attempts_and_is_tenant_scoped(api, other_api, tenant):
             "error": "",
             "error_kind": "",
             "duration_ms": 12,
+            "response_excerpt": "",
+            "request_headers": {},
         }
     ]
     assert other_api.get(f"/api/v1/runs/{run.id}").status_code == 404

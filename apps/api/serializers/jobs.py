@@ -5,7 +5,15 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url
-from apps.jobs.models import DstGap, DstOverlap, JobDefinition, MisfirePolicy, Priority, ScheduleType
+from apps.jobs.models import (
+    ConcurrencyPolicy,
+    DstGap,
+    DstOverlap,
+    JobDefinition,
+    MisfirePolicy,
+    Priority,
+    ScheduleType,
+)
 from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, ScheduleError
 
 from ..fields import StrictSerializer, UTCDateTimeField
@@ -116,6 +124,8 @@ class JobInputSerializer(StrictSerializer):
     misfire_policy = serializers.ChoiceField(choices=MisfirePolicy.choices, default=MisfirePolicy.CATCH_UP)
     catch_up_limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
     jitter_seconds = serializers.IntegerField(min_value=0, max_value=3600, default=0)
+    concurrency_policy = serializers.ChoiceField(choices=ConcurrencyPolicy.choices, default=ConcurrencyPolicy.ALLOW)
+    failure_threshold = serializers.IntegerField(min_value=0, max_value=1000, default=10)
 
     def to_model_fields(self) -> dict:
         """The validated contract as JobDefinition fields (plus `enabled`) for apps.jobs.services."""
@@ -142,6 +152,8 @@ class JobInputSerializer(StrictSerializer):
             "misfire_policy": data["misfire_policy"],
             "catch_up_limit": data["catch_up_limit"],
             "jitter_seconds": data["jitter_seconds"],
+            "concurrency_policy": data["concurrency_policy"],
+            "failure_threshold": data["failure_threshold"],
         }
 
 
@@ -180,6 +192,9 @@ class JobSerializer(serializers.Serializer):
             "misfire_policy": job.misfire_policy,
             "catch_up_limit": job.catch_up_limit,
             "jitter_seconds": job.jitter_seconds,
+            "concurrency_policy": job.concurrency_policy,
+            "failure_threshold": job.failure_threshold,
+            "consecutive_failures": job.consecutive_failures,
             "next_fire_at": when(job.next_fire_at),
             "created_at": when(job.created_at),
             "updated_at": when(job.updated_at),

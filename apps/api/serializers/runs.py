@@ -1,8 +1,8 @@
 from rest_framework import serializers
 
-from apps.jobs.models import JobRun, RunAttempt
+from apps.jobs.models import JobRun, RunAttempt, RunStatus
 
-from ..fields import UTCDateTimeField
+from ..fields import StrictSerializer, UTCDateTimeField
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -11,7 +11,17 @@ class AttemptSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RunAttempt
-        fields = ["number", "started_at", "finished_at", "status_code", "error", "error_kind", "duration_ms"]
+        fields = [
+            "number",
+            "started_at",
+            "finished_at",
+            "status_code",
+            "error",
+            "error_kind",
+            "duration_ms",
+            "response_excerpt",
+            "request_headers",
+        ]
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -34,10 +44,24 @@ class RunSerializer(serializers.ModelSerializer):
             "attempt_count",
             "created_at",
             "finished_at",
+            "coalesced",
         ]
+
+    coalesced = serializers.SerializerMethodField()
 
     def get_status_reason(self, run: JobRun) -> str | None:
         return run.status_reason or None
+
+    def get_coalesced(self, run: JobRun) -> dict | None:
+        """For a run that stands for several occurrences: how many, the first and the last."""
+        if run.coalesced_first_at is None:
+            return None
+        when = UTCDateTimeField().to_representation
+        return {
+            "count": run.coalesced_count,
+            "first": when(run.coalesced_first_at),
+            "last": when(run.coalesced_last_at),
+        }
 
 
 class RunDetailSerializer(RunSerializer):
@@ -45,3 +69,26 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "attempts"]
+
+
+class RunFilterSerializer(StrictSerializer):
+    """Query parameters of GET /runs, and the body of POST /runs/replay."""
+
+    job = serializers.UUIDField(required=False)
+    status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+    scheduled_after = UTCDateTimeField(required=False)
+    scheduled_before = UTCDateTimeField(required=False)
+    cursor = serializers.CharField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=200)
+
+    def apply(self, runs):
+        data = self.validated_data
+        if "job" in data:
+            runs = runs.filter(definition_id=data["job"])
+        if "status" in data:
+            runs = runs.filter(status=data["status"])
+        if "scheduled_after" in data:
+            runs = runs.filter(scheduled_for__gte=data["scheduled_after"])
+        if "scheduled_before" in data:
+            runs = runs.filter(scheduled_for__lt=data["scheduled_before"])
+        return runs

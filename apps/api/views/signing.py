@@ -3,9 +3,19 @@ from rest_framework.response import Response
 
 from apps.api.fields import UTCDateTimeField
 from apps.tenants.selectors import signing_secret_current
+from apps.tenants.services import signing_secret_rotate
+
+
+def secret_body(secret) -> dict:
+    return {"secret": secret.secret, "created_at": UTCDateTimeField().to_representation(secret.created_at)}
 
 
 @api_view(["GET"])
 def signing_secret(request):
-    current = signing_secret_current(tenant=request.user.tenant)
-    return Response({"secret": current.secret, "created_at": UTCDateTimeField().to_representation(current.created_at)})
+    return Response(secret_body(signing_secret_current(tenant=request.user.tenant)))
+
+
+@api_view(["POST"])
+def signing_secret_rotation(request):
+    """A new signing secret; the previous one keeps signing (alongside) for 24 hours."""
+    return Response(secret_body(signing_secret_rotate(tenant=request.user.tenant)), status=201)

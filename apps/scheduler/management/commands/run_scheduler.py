@@ -43,36 +43,47 @@ class Command(BaseCommand):
         label = f"shard {shard}/{shards}" if pinned else "unpinned"
         logger.info("scheduler started (%s) as %s, holding %d partitions", label, leases.owner, len(leases.held))
 
-        last_refresh = last_sweep = time.monotonic()
-        lag_ms = 0
+        self.last_refresh = self.last_sweep = time.monotonic()
+        self.lag_ms = 0
         try:
             while not self.shutdown:
-                close_old_connections()
-                if time.monotonic() - last_refresh >= settings.CHIME_LEASE_REFRESH_SECONDS:
-                    before = set(leases.held)
-                    leases.refresh(lag_ms=lag_ms)
-                    if set(leases.held) != before:
-                        logger.info("now holding %d partitions: %s", len(leases.held), leases.partitions)
-                    last_refresh = time.monotonic()
-                result = scheduler_tick(leases=leases)
-                lag_ms = int(result.lag.total_seconds() * 1000)
-                if result.materialized or result.released:
-                    logger.info(
-                        "tick: materialized %d definitions, released %d runs, lag %d ms",
-                        result.materialized,
-                        result.released,
-                        lag_ms,
-                    )
-                if time.monotonic() - last_sweep >= settings.CHIME_SWEEP_INTERVAL_SECONDS:
-                    self._sweep(leases)
-                    last_sweep = time.monotonic()
+                try:
+                    busy = self._step(leases)
+                except Exception:
+                    # A database restart or a network blip must not end the process: log, back
+                    # off, go on. Leases that expire meanwhile are simply taken over.
+                    logger.exception("scheduler step failed; retrying in 1 s")
+                    busy = False
+                    time.sleep(1)
                 if once:
                     break
-                if not result.busy:
+                if not busy:
                     time.sleep(settings.CHIME_SCHEDULER_IDLE_SECONDS)
         finally:
             leases.release_all()
             logger.info("scheduler stopped")
+
+    def _step(self, leases: LeaseKeeper) -> bool:
+        close_old_connections()
+        if time.monotonic() - self.last_refresh >= settings.CHIME_LEASE_REFRESH_SECONDS:
+            before = set(leases.held)
+            leases.refresh(lag_ms=self.lag_ms)
+            if set(leases.held) != before:
+                logger.info("now holding %d partitions: %s", len(leases.held), leases.partitions)
+            self.last_refresh = time.monotonic()
+        result = scheduler_tick(leases=leases)
+        self.lag_ms = int(result.lag.total_seconds() * 1000)
+        if result.materialized or result.released:
+            logger.info(
+                "tick: materialized %d definitions, released %d runs, lag %d ms",
+                result.materialized,
+                result.released,
+                self.lag_ms,
+            )
+        if time.monotonic() - self.last_sweep >= settings.CHIME_SWEEP_INTERVAL_SECONDS:
+            self._sweep(leases)
+            self.last_sweep = time.monotonic()
+        return result.busy
 
     def _sweep(self, leases: LeaseKeeper) -> None:
         now = timezone.now()

@@ -1,0 +1,110 @@
+"""Claiming runs for delivery: the conditional flip `queued -> running`, the run lease, and the
+job's concurrency policy."""
+
+import logging
+import threading
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from apps.jobs.models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
+
+logger = logging.getLogger(__name__)
+
+BUSY = (RunStatus.RUNNING, RunStatus.RETRYING)
+
+
+def lease_expiry():
+    return Now() + timedelta(seconds=settings.CHIME_RUN_LEASE_SECONDS)
+
+
+def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]:
+    """Take the runs that are still `queued`; the rest were claimed, cancelled or finished elsewhere.
+
+    Jobs whose concurrency policy is not `allow` are claimed under a lock on the job row, so two
+    workers cannot both decide that nothing else of that job is running.
+    """
+    with transaction.atomic():
+        runs = list(
+            JobRun.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(id__in=run_ids, status=RunStatus.QUEUED)
+            .select_related("definition", "tenant")
+            .order_by("scheduled_for")
+        )
+        guarded_jobs = sorted({r.definition_id for r in runs if r.definition.concurrency_policy != "allow"})
+        if guarded_jobs:
+            list(JobDefinition.objects.select_for_update().filter(id__in=guarded_jobs).order_by("id").values("id"))
+        claimed = []
+        for run in runs:
+            policy = run.definition.concurrency_policy
+            if policy != ConcurrencyPolicy.ALLOW and not _apply_concurrency_policy(run, policy, now=now):
+                continue
+            claimed.append(run)
+        JobRun.objects.filter(id__in=[r.id for r in claimed], status=RunStatus.QUEUED).update(
+            status=RunStatus.RUNNING,
+            attempt_count=F("attempt_count") + 1,
+            started_at=now,
+            lease_owner=owner,
+            lease_expires_at=lease_expiry(),
+        )
+    for run in claimed:
+        run.status = RunStatus.RUNNING
+        run.attempt_count += 1
+        run.lease_owner = owner
+    return claimed
+
+
+def _apply_concurrency_policy(run: JobRun, policy: str, *, now: datetime) -> bool:
+    """True if `run` may go ahead. Called inside the claim transaction, with the job row locked."""
+    others = JobRun.objects.filter(definition_id=run.definition_id, status__in=BUSY).exclude(id=run.id)
+    if policy == ConcurrencyPolicy.FORBID:
+        busy = others.values_list("id", "status").first()
+        if busy is None:
+            return True
+        JobRun.objects.filter(id=run.id, status=RunStatus.QUEUED).update(
+            status=RunStatus.SKIPPED,
+            finished_at=now,
+            status_reason=f"Skipped: run {busy[0]} of this job was still {busy[1]} (concurrency_policy 'forbid').",
+        )
+        return False
+    others.update(
+        status=RunStatus.CANCELLED,
+        finished_at=now,
+        lease_owner="",
+        lease_expires_at=None,
+        status_reason=f"Replaced by run {run.id} (concurrency_policy 'replace').",
+    )
+    return True
+
+
+class LeaseRenewer:
+    """Renews the leases of in-flight runs from a background thread while requests are out, so
+    a worker that dies is noticed within one lease, however long the job's timeout."""
+
+    def __init__(self, run_ids: list, *, owner: str):
+        self.run_ids = run_ids
+        self.owner = owner
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-renewer", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self):
+        try:
+            while not self._stop.wait(settings.CHIME_RUN_LEASE_RENEW_SECONDS):
+                JobRun.objects.filter(id__in=self.run_ids, status=RunStatus.RUNNING, lease_owner=self.owner).update(
+                    lease_expires_at=lease_expiry()
+                )
+        except Exception:
+            logger.exception("renewing run leases failed")
+        finally:
+            connection.close()  # this thread's own connection

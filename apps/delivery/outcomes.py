@@ -1,0 +1,176 @@
+"""What one delivery try means for its run and its job: success, retry with backoff, dead letter,
+and the job-level reactions (410 Gone and the circuit breaker pause the job)."""
+
+import logging
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import F
+
+from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
+from apps.tenants.models import Membership, Role
+
+from .transport import WebhookRequest, WebhookResponse
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_STATUS_CODES = {408, 429}
+MAX_RETRY_AFTER = timedelta(days=1)
+SIGNATURE_HEADER = "webhook-signature"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    succeeded: bool
+    retryable: bool
+    error_kind: str
+    error: str
+
+
+def classify(response: WebhookResponse) -> Verdict:
+    if response.error_kind:
+        retryable = response.error_kind in (ErrorKind.NETWORK, ErrorKind.TIMEOUT)
+        return Verdict(False, retryable, response.error_kind, response.error or response.error_kind)
+    code = response.status_code or 0
+    if 200 <= code < 300:
+        return Verdict(True, False, "", "")
+    retryable = code >= 500 or code in RETRYABLE_STATUS_CODES
+    return Verdict(False, retryable, ErrorKind.HTTP, f"HTTP {code}")
+
+
+def backoff_delay(run: JobRun, retry_after_seconds: float | None) -> timedelta:
+    """Exponential backoff with full jitter; a server's Retry-After is a floor."""
+    definition = run.definition
+    tries = run.attempt_count - run.attempts_before_replay
+    ceiling = min(
+        definition.retry_max_backoff_seconds, definition.retry_initial_backoff_seconds * 2 ** max(tries - 1, 0)
+    )
+    delay = timedelta(seconds=random.uniform(0, ceiling))
+    if retry_after_seconds is not None:
+        delay = max(delay, min(timedelta(seconds=retry_after_seconds), MAX_RETRY_AFTER))
+    return delay
+
+
+def attempts_left(run: JobRun) -> bool:
+    return run.attempt_count - run.attempts_before_replay < run.definition.retry_max_attempts
+
+
+def attempt_row(run: JobRun, request: WebhookRequest, response: WebhookResponse, verdict: Verdict, owner: str):
+    return RunAttempt(
+        run_id=run.id,
+        number=run.attempt_count,
+        started_at=response.started_at,
+        finished_at=response.finished_at,
+        status_code=response.status_code,
+        error=verdict.error[:1000],
+        error_kind=verdict.error_kind,
+        duration_ms=response.duration_ms,
+        response_excerpt=response.body_excerpt,
+        request_headers={k: v for k, v in request.headers.items() if k.lower() != SIGNATURE_HEADER},
+        worker=owner,
+    )
+
+
+def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> dict[str, int]:
+    """Record (run, request, response) triples in a few statements; returns counts per outcome.
+
+    Only runs still `running` under this worker's lease are updated: a run cancelled, replaced or
+    recovered by the sweep meanwhile keeps the state it has (its attempt is still recorded).
+    """
+    counts: dict[str, int] = defaultdict(int)
+    with transaction.atomic():
+        mine = set(
+            JobRun.objects.select_for_update()
+            .filter(id__in=[run.id for run, _, _ in deliveries], status=RunStatus.RUNNING, lease_owner=owner)
+            .values_list("id", flat=True)
+        )
+        attempts, succeeded, failed, retrying = [], [], defaultdict(list), []
+        jobs_ok, jobs_failed, jobs_gone = set(), defaultdict(int), {}
+        for run, request, response in deliveries:
+            verdict = classify(response)
+            attempts.append(attempt_row(run, request, response, verdict, owner))
+            if run.id not in mine:
+                counts["lost_lease"] += 1
+                continue
+            if verdict.succeeded:
+                succeeded.append(run.id)
+                jobs_ok.add(run.definition_id)
+            elif verdict.retryable and attempts_left(run):
+                retrying.append((run, verdict, response))
+            else:
+                why = "no attempts left" if verdict.retryable else "not retryable"
+                failed[f"Attempt {run.attempt_count} failed ({why}): {verdict.error}"].append(run.id)
+                jobs_failed[run.definition_id] += 1
+            if response.status_code == 410:
+                jobs_gone[run.definition_id] = run.definition.target_url
+        RunAttempt.objects.bulk_create(attempts, ignore_conflicts=True)
+        release = {"lease_owner": "", "lease_expires_at": None}
+        JobRun.objects.filter(id__in=succeeded).update(
+            status=RunStatus.SUCCEEDED, finished_at=now, status_reason="", **release
+        )
+        counts[RunStatus.SUCCEEDED] += len(succeeded)
+        for reason, ids in failed.items():
+            JobRun.objects.filter(id__in=ids).update(
+                status=RunStatus.FAILED, finished_at=now, status_reason=reason[:500], **release
+            )
+            counts[RunStatus.FAILED] += len(ids)
+        for run, verdict, response in retrying:
+            JobRun.objects.filter(id=run.id).update(
+                status=RunStatus.RETRYING,
+                available_at=now + backoff_delay(run, response.retry_after_seconds),
+                status_reason=f"Attempt {run.attempt_count} failed: {verdict.error}; retrying."[:500],
+                **release,
+            )
+        counts[RunStatus.RETRYING] += len(retrying)
+        _update_job_health(jobs_ok, jobs_failed, jobs_gone, now=now)
+    return dict(counts)
+
+
+def _update_job_health(jobs_ok: set, jobs_failed: dict, jobs_gone: dict, *, now: datetime) -> None:
+    if jobs_ok:
+        JobDefinition.objects.filter(id__in=jobs_ok, consecutive_failures__gt=0).update(consecutive_failures=0)
+    for job_id, n in jobs_failed.items():
+        JobDefinition.objects.filter(id=job_id).update(consecutive_failures=F("consecutive_failures") + n)
+    for job_id, url in jobs_gone.items():
+        pause_job(job_id, reason=f"Paused: the endpoint answered 410 Gone ({url}).", now=now)
+    tripped = JobDefinition.objects.filter(
+        id__in=list(jobs_failed),
+        status=JobStatus.ACTIVE,
+        failure_threshold__gt=0,
+        consecutive_failures__gte=F("failure_threshold"),
+    ).values_list("id", "failure_threshold")
+    for job_id, threshold in list(tripped):
+        pause_job(job_id, reason=f"Paused by the circuit breaker: {threshold} runs in a row failed.", now=now)
+
+
+def pause_job(job_id, *, reason: str, now: datetime) -> None:
+    """Pause a job on the endpoint's behalf, record why, and tell the tenant's owners by email."""
+    if not JobDefinition.objects.filter(id=job_id, status=JobStatus.ACTIVE).update(
+        status=JobStatus.PAUSED, status_reason=reason[:500], paused_at=now
+    ):
+        return
+    job = JobDefinition.objects.select_related("tenant").get(id=job_id)
+    emails = list(
+        Membership.objects.filter(tenant_id=job.tenant_id, role=Role.OWNER)
+        .exclude(user__email="")
+        .values_list("user__email", flat=True)
+    )
+    if emails:
+        transaction.on_commit(lambda: _mail_owners(job, reason, emails))
+
+
+def _mail_owners(job: JobDefinition, reason: str, emails: list[str]) -> None:
+    try:
+        send_mail(
+            subject=f"[Chime] Job '{job.name}' was paused",
+            message=f"{reason}\n\nTenant: {job.tenant.slug}\nJob: {job.name} ({job.id})\n"
+            "Fix the endpoint, then resume the job (POST /api/v1/jobs/{id}/resume); resuming clears the counter.",
+            from_email=None,
+            recipient_list=emails,
+        )
+    except Exception:
+        logger.exception("could not email the owners of tenant %s", job.tenant.slug)
