@@ -53,10 +53,28 @@ def _why_not_send(run: JobRun) -> str | None:
     return None
 
 
+def default_payload(run: JobRun) -> dict:
+    """The body sent when a job has none: a Standard Webhooks style event describing the run."""
+    scheduled_for = run.scheduled_for.isoformat().replace("+00:00", "Z")
+    return {
+        "type": "chime.run",
+        "timestamp": scheduled_for,
+        "data": {
+            "job_id": str(run.definition_id),
+            "job_name": run.definition.name,
+            "run_id": str(run.id),
+            "scheduled_for": scheduled_for,
+            "trigger": run.trigger,
+        },
+    }
+
+
 def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookRequest:
     """The exact bytes and headers of one delivery; the signature covers exactly these bytes."""
     definition = run.definition
-    body = definition.target_body
+    body = definition.target_body if definition.target_body is not None else default_payload(run)
+    if definition.target_method == "GET":
+        body = None
     payload = b"" if body is None else json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     headers = dict(definition.target_headers)
     if body is not None and not any(name.lower() == "content-type" for name in headers):

@@ -64,6 +64,7 @@ class LeaseKeeper:
         return fence & Q(owner=self.owner, expires_at__gt=Now())
 
     def refresh(self, *, lag_ms: int = 0) -> None:
+        ensure_lease_rows()  # idempotent; also heals a table someone emptied
         SchedulerNode.objects.update_or_create(
             owner=self.owner,
             defaults={"heartbeat_at": Now(), "lag_ms": lag_ms, "pinned_slice": "pinned" if self.pinned else ""},

@@ -87,6 +87,8 @@ class Receiver:
                 return True
             except WebhookVerificationError:
                 continue
+            except json.JSONDecodeError:
+                return True  # verify() checks the signature first, then parses the body as JSON
         return False
 
     @property

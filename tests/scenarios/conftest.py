@@ -1,0 +1,28 @@
+import pytest
+
+from tests.support.processes import start_scheduler, start_worker
+
+# Short leases and sweeps so failure scenarios resolve in seconds.
+FAST = {
+    "CHIME_RUN_LEASE_SECONDS": "3",
+    "CHIME_RUN_LEASE_RENEW_SECONDS": "1",
+    "CHIME_SWEEP_INTERVAL_SECONDS": "1",
+    "CHIME_REQUEUE_AFTER_SECONDS": "10",
+}
+
+
+@pytest.fixture(scope="module")
+def chime(django_db_setup, django_db_blocker):
+    """A scheduler and a worker (queues high and default) shared by a module's tests."""
+    import redis
+    from django.conf import settings
+
+    from tests.conftest import _require
+
+    _require("Redis", settings.REDIS_URL, 6379)
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    worker = start_worker(queues="runs.high,runs.default", **FAST)
+    scheduler = start_scheduler(**FAST)
+    yield {"worker": worker, "scheduler": scheduler}
+    scheduler.stop()
+    worker.stop()
