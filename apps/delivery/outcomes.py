@@ -127,7 +127,7 @@ def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> di
             )
         counts[RunStatus.RETRYING] += len(retrying)
         _update_job_health(jobs_ok, jobs_failed, jobs_gone, now=now)
-    return dict(counts)
+    return {outcome: n for outcome, n in counts.items() if n}
 
 
 def _update_job_health(jobs_ok: set, jobs_failed: dict, jobs_gone: dict, *, now: datetime) -> None:
