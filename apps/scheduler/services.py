@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from apps.delivery.enqueue import publish_runs
@@ -28,6 +30,7 @@ from .sql import advance_definitions
 logger = logging.getLogger(__name__)
 
 RELEASABLE = (RunStatus.SCHEDULED, RunStatus.RETRYING)
+IN_FLIGHT = (RunStatus.QUEUED, RunStatus.RUNNING)
 PLANNING_FIELDS = (
     "id",
     "tenant_id",
@@ -94,30 +97,51 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
 def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> int:
     """Flip runs whose time has come to `queued` and publish them to their priority's queue.
 
+    Fair across tenants: each tenant may have at most CHIME_TENANT_MAX_IN_FLIGHT runs queued or
+    running; the rest of a burst waits here, in the database, and the runs released in one batch
+    are interleaved tenant by tenant. So another tenant's runs never queue behind a big burst.
+
     The flip happens only for partitions whose lease rows this process still holds at its epoch;
     those rows are locked for the transaction, so a takeover waits for it instead of racing it.
     """
     if not leases.held:
         return 0
     with transaction.atomic():
-        valid = list(
-            SchedulerLease.objects.select_for_update().filter(leases.fence()).values_list("partition", flat=True)
-        )
+        held = SchedulerLease.objects.select_for_update().filter(leases.fence())
+        valid = list(held.values_list("partition", flat=True))
         if not valid:
+            return 0
+        chosen = fair_selection(valid, now=now, batch_size=batch_size)
+        if not chosen:
             return 0
         rows = list(
             JobRun.objects.select_for_update(skip_locked=True)
-            .filter(status__in=RELEASABLE, available_at__lte=now, partition__in=valid)
-            .order_by("available_at")
-            .values_list("id", "priority")[:batch_size]
+            .filter(id__in=chosen, status__in=RELEASABLE)
+            .values_list("id", "priority")
         )
-        if not rows:
-            return 0
-        JobRun.objects.filter(id__in=[run_id for run_id, _ in rows], status__in=RELEASABLE).update(
-            status=RunStatus.QUEUED, queued_at=now
-        )
+        JobRun.objects.filter(id__in=[run_id for run_id, _ in rows]).update(status=RunStatus.QUEUED, queued_at=now)
     publish_or_put_back(rows)
     return len(rows)
+
+
+def fair_selection(partitions: list[int], *, now: datetime, batch_size: int) -> list:
+    """Ids of up to `batch_size` releasable runs, round-robin over tenants, within each tenant's cap."""
+    cap = settings.CHIME_TENANT_MAX_IN_FLIGHT
+    in_flight = dict(
+        JobRun.objects.filter(status__in=IN_FLIGHT)
+        .values("tenant_id")
+        .annotate(n=Count("id"))
+        .values_list("tenant_id", "n")
+    )
+    ranked = (
+        JobRun.objects.filter(status__in=RELEASABLE, available_at__lte=now, partition__in=partitions)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("tenant_id")], order_by=F("available_at").asc()))
+        .filter(rank__lte=min(cap, batch_size))
+        .values_list("id", "tenant_id", "rank", "available_at")
+    )
+    eligible = [row for row in ranked if row[2] + in_flight.get(row[1], 0) <= cap]
+    eligible.sort(key=lambda row: (row[2], row[3]))  # the 1st run of every tenant, then the 2nd, ...
+    return [row[0] for row in eligible[:batch_size]]
 
 
 def publish_or_put_back(rows: list[tuple]) -> None:

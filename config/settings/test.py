@@ -5,12 +5,13 @@ import os
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/chime")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("SECRET_KEY", "test-secret-key")
+# Receivers in tests listen on 127.0.0.1. The SSRF tests start a worker with this set to false
+# (and the transport tests build their own transport with it off).
+os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true")
 
 from .base import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# Receivers in tests listen on 127.0.0.1; the SSRF tests build their own transport with it off.
-WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
