@@ -21,8 +21,7 @@ def chime(django_db_setup, django_db_blocker):
 
     _require("Redis", settings.REDIS_URL, 6379)
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    worker = start_worker(queues="runs.high,runs.default", **FAST)
-    scheduler = start_scheduler(**FAST)
-    yield {"worker": worker, "scheduler": scheduler}
-    scheduler.stop()
-    worker.stop()
+    processes = {"worker": start_worker(queues="runs.high,runs.default", **FAST), "scheduler": start_scheduler(**FAST)}
+    yield processes  # a test may swap in processes of its own; stop whatever is there at the end
+    for process in processes.values():
+        process.stop()
