@@ -3,7 +3,8 @@
 {"error": {"code": "invalid", "message": "...", "fields": {"schedule.expression": ["..."]}}}
 """
 
-from django.core.exceptions import ObjectDoesNotExist
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -36,6 +37,9 @@ def error_response(code: str, message: str, http_status: int, fields=None, heade
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return error_response("too_large", f"Request bodies are limited to {limit} bytes.", 413)
     if isinstance(exc, (Http404, ObjectDoesNotExist)):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoValidationError):

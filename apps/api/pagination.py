@@ -12,3 +12,13 @@ class IdCursorPagination(CursorPagination):
 
     def get_paginated_response(self, data):
         return Response({"results": data, "next": self.get_next_link()})
+
+    def get_paginated_response_schema(self, schema):
+        return {
+            "type": "object",
+            "required": ["results", "next"],
+            "properties": {
+                "results": schema,
+                "next": {"type": "string", "format": "uri", "nullable": True},
+            },
+        }

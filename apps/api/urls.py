@@ -1,7 +1,9 @@
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from .views.jobs import JobViewSet
+from .views.keys import ApiKeyViewSet
 from .views.runs import RunViewSet
 from .views.schedules import schedule_preview
 from .views.signing import signing_secret, signing_secret_rotation
@@ -9,11 +11,18 @@ from .views.signing import signing_secret, signing_secret_rotation
 router = SimpleRouter(trailing_slash=False)
 router.register("jobs", JobViewSet, basename="job")
 router.register("runs", RunViewSet, basename="run")
+router.register("api-keys", ApiKeyViewSet, basename="api-key")
 
 app_name = "api"
 urlpatterns = [
     path("signing-secret", signing_secret, name="signing-secret"),
     path("signing-secret/rotate", signing_secret_rotation, name="signing-secret-rotate"),
     path("schedules/preview", schedule_preview, name="schedule-preview"),
+    path("schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(url_name="api:schema", authentication_classes=[], permission_classes=[]),
+        name="docs",
+    ),
     *router.urls,
 ]

@@ -195,3 +195,37 @@ def runs_replay_failed(*, runs) -> int:
         queued_at=None,
         attempts_before_replay=F("attempt_count"),
     )
+
+
+SCHEDULE_FIELDS = ("schedule_type", "cron_expression", "timezone", "run_at", "dst_gap", "dst_overlap")
+
+
+@transaction.atomic
+def job_update(*, job: JobDefinition, enabled: bool | None = None, **fields) -> JobDefinition:
+    """Change a job. `fields` are JobDefinition fields, already validated by the caller.
+
+    A schedule change recomputes `next_fire_at` from now and cancels the runs materialized for the
+    old schedule that have not started; `enabled` pauses or resumes.
+    """
+    job = JobDefinition.objects.select_for_update().get(pk=job.pk)
+    if job.status == JobStatus.DELETED:
+        raise JobActionError("A deleted job cannot be changed.")
+    schedule_changed = any(getattr(job, name) != value for name, value in fields.items() if name in SCHEDULE_FIELDS)
+    for name, value in fields.items():
+        setattr(job, name, value)
+    now = timezone.now()
+    if schedule_changed:
+        if job.schedule_type == ScheduleType.ONCE and job.run_at is None:
+            job.run_at = now
+        job.next_fire_at = initial_next_fire_at(job, now)
+        if job.status == JobStatus.COMPLETED and job.next_fire_at is not None:
+            job.status = JobStatus.ACTIVE
+        JobRun.objects.filter(
+            definition=job, trigger=Trigger.SCHEDULE, status__in=(RunStatus.SCHEDULED, RunStatus.QUEUED)
+        ).update(status=RunStatus.CANCELLED, status_reason="The job's schedule changed.", finished_at=now)
+    job.save()
+    if enabled is False and job.status == JobStatus.ACTIVE:
+        job = job_pause(job=job)
+    elif enabled is True and job.status == JobStatus.PAUSED:
+        job = job_resume(job=job)
+    return job

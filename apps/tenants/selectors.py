@@ -39,3 +39,11 @@ def signing_secret_current(*, tenant: Tenant) -> SigningSecret:
 
 def tenant_by_slug(slug: str) -> Tenant | None:
     return Tenant.objects.filter(slug=slug).first()
+
+
+def api_key_list(*, tenant: Tenant):
+    return ApiKey.objects.for_tenant(tenant).order_by("-created_at")
+
+
+def api_key_get(*, tenant: Tenant, api_key_id) -> ApiKey:
+    return ApiKey.objects.for_tenant(tenant).get(pk=api_key_id)

@@ -30,7 +30,10 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
+    "template_partials",
     "channels",
     "apps.core",
     "apps.tenants",
@@ -71,6 +74,10 @@ TEMPLATES = [
         },
     },
 ]
+
+LOGIN_URL = "dashboard:login"
+LOGIN_REDIRECT_URL = "dashboard:overview"
+LOGOUT_REDIRECT_URL = "dashboard:login"
 
 # --- Database -------------------------------------------------------------------------------
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'chime.sqlite3'}")}
@@ -167,6 +174,27 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "apps.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["apps.api.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+# Per API key; a 429 carries Retry-After.
+CHIME_API_RATE_LIMIT = env.str("CHIME_API_RATE_LIMIT", default="1200/min")
+# Request bodies above this get 413 (a job with its webhook body is far smaller).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("CHIME_API_MAX_BODY_BYTES", default=256 * 1024)
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Chime API",
+    "DESCRIPTION": "Distributed cron with webhooks you cannot lose. See docs/api.md.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "apps.jobs.models.RunStatus",
+        "JobStatusEnum": "apps.jobs.models.JobStatus",
+    },
 }
 
 # --- Chime ----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url
@@ -157,55 +158,107 @@ class JobInputSerializer(StrictSerializer):
         }
 
 
-def schedule_representation(job: JobDefinition) -> dict:
-    if job.schedule_type == ScheduleType.CRON:
-        return {"type": "cron", "expression": job.cron_expression, "timezone": job.timezone}
-    return {"type": "once", "run_at": UTCDateTimeField().to_representation(job.run_at)}
+class BlankAsNullCharField(serializers.CharField):
+    def to_representation(self, value):
+        return value or None
 
 
-class JobSerializer(serializers.Serializer):
-    """Output only."""
+class ScheduleOutSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(source="schedule_type", choices=ScheduleType.choices)
+    expression = serializers.SerializerMethodField()
+    timezone = serializers.SerializerMethodField()
+    run_at = UTCDateTimeField(allow_null=True)
 
-    def to_representation(self, job: JobDefinition) -> dict:
-        when = UTCDateTimeField().to_representation
-        return {
-            "id": str(job.id),
-            "name": job.name,
-            "status": job.status,
-            "status_reason": job.status_reason or None,
-            "schedule": schedule_representation(job),
-            "target": {
-                "url": job.target_url,
-                "method": job.target_method,
-                "headers": job.target_headers,
-                "body": job.target_body,
-            },
-            "priority": job.priority,
-            "timeout_seconds": job.timeout_seconds,
-            "retry": {
-                "max_attempts": job.retry_max_attempts,
-                "initial_backoff_seconds": job.retry_initial_backoff_seconds,
-                "max_backoff_seconds": job.retry_max_backoff_seconds,
-            },
-            "enabled": job.enabled,
-            "dst_policy": {"gap": job.dst_gap, "overlap": job.dst_overlap},
-            "misfire_policy": job.misfire_policy,
-            "catch_up_limit": job.catch_up_limit,
-            "jitter_seconds": job.jitter_seconds,
-            "concurrency_policy": job.concurrency_policy,
-            "failure_threshold": job.failure_threshold,
-            "consecutive_failures": job.consecutive_failures,
-            "next_fire_at": when(job.next_fire_at),
-            "created_at": when(job.created_at),
-            "updated_at": when(job.updated_at),
-        }
+    def get_expression(self, job) -> str | None:
+        return job.cron_expression if job.schedule_type == ScheduleType.CRON else None
+
+    def get_timezone(self, job) -> str | None:
+        return job.timezone if job.schedule_type == ScheduleType.CRON else None
+
+
+class TargetOutSerializer(serializers.Serializer):
+    url = serializers.CharField(source="target_url")
+    method = serializers.CharField(source="target_method")
+    headers = serializers.DictField(source="target_headers", child=serializers.CharField())
+    body = serializers.JSONField(source="target_body", allow_null=True)
+
+
+class RetryOutSerializer(serializers.Serializer):
+    max_attempts = serializers.IntegerField(source="retry_max_attempts")
+    initial_backoff_seconds = serializers.IntegerField(source="retry_initial_backoff_seconds")
+    max_backoff_seconds = serializers.IntegerField(source="retry_max_backoff_seconds")
+
+
+class DstPolicyOutSerializer(serializers.Serializer):
+    gap = serializers.ChoiceField(source="dst_gap", choices=DstGap.choices)
+    overlap = serializers.ChoiceField(source="dst_overlap", choices=DstOverlap.choices)
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """Output only: the job as the API shows it."""
+
+    id = serializers.CharField(read_only=True)
+    status_reason = BlankAsNullCharField(allow_null=True)
+    schedule = ScheduleOutSerializer(source="*")
+    target = TargetOutSerializer(source="*")
+    retry = RetryOutSerializer(source="*")
+    enabled = serializers.BooleanField()
+    dst_policy = DstPolicyOutSerializer(source="*")
+    next_fire_at = UTCDateTimeField(allow_null=True)
+    created_at = UTCDateTimeField()
+    updated_at = UTCDateTimeField()
+
+    class Meta:
+        model = JobDefinition
+        fields = [
+            "id",
+            "name",
+            "status",
+            "status_reason",
+            "schedule",
+            "target",
+            "priority",
+            "timeout_seconds",
+            "retry",
+            "enabled",
+            "dst_policy",
+            "misfire_policy",
+            "catch_up_limit",
+            "jitter_seconds",
+            "concurrency_policy",
+            "failure_threshold",
+            "consecutive_failures",
+            "next_fire_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
 
 
 class JobDetailSerializer(JobSerializer):
-    def to_representation(self, job: JobDefinition) -> dict:
-        data = super().to_representation(job)
-        data["recent_runs"] = RunSerializer(self.context.get("recent_runs", []), many=True).data
-        return data
+    recent_runs = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "recent_runs"]
+        read_only_fields = fields
+
+    @extend_schema_field(RunSerializer(many=True))
+    def get_recent_runs(self, job) -> list:
+        return RunSerializer(self.context.get("recent_runs", []), many=True).data
+
+
+def job_as_input(job: JobDefinition) -> dict:
+    """The job in the input contract, for PATCH: request fields are laid over it and the result is
+    validated like a new job, so a partial update can never store what a create would refuse."""
+    data = JobSerializer(job).data
+    schedule = dict(data["schedule"])
+    if schedule["type"] == ScheduleType.CRON:
+        schedule.pop("run_at")
+    else:
+        schedule.pop("expression")
+        schedule.pop("timezone")
+    keep = [name for name in JobInputSerializer().fields if name not in ("schedule",)]
+    return {**{name: data[name] for name in keep}, "schedule": schedule}
 
 
 class PreviewSerializer(StrictSerializer):

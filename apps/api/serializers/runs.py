@@ -1,3 +1,5 @@
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.jobs.models import JobRun, RunAttempt, RunStatus
@@ -22,6 +24,12 @@ class AttemptSerializer(serializers.ModelSerializer):
             "response_excerpt",
             "request_headers",
         ]
+
+
+class CoalescedSerializer(serializers.Serializer):
+    count = serializers.IntegerField(allow_null=True)
+    first = UTCDateTimeField()
+    last = UTCDateTimeField(allow_null=True)
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -49,9 +57,11 @@ class RunSerializer(serializers.ModelSerializer):
 
     coalesced = serializers.SerializerMethodField()
 
+    @extend_schema_field(OpenApiTypes.STR)
     def get_status_reason(self, run: JobRun) -> str | None:
         return run.status_reason or None
 
+    @extend_schema_field(CoalescedSerializer(allow_null=True))
     def get_coalesced(self, run: JobRun) -> dict | None:
         """For a run that stands for several occurrences: how many, the first and the last."""
         if run.coalesced_first_at is None:

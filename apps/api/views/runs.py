@@ -1,30 +1,46 @@
-from rest_framework import status
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.jobs import selectors, services
 
 from ..pagination import IdCursorPagination
+from ..schema import ERRORS
 from ..serializers.runs import RunDetailSerializer, RunFilterSerializer, RunSerializer
 from .base import TenantViewSet
 from .jobs import conflict
 
+ReplayedSerializer = inline_serializer("Replayed", {"replayed": serializers.IntegerField()})
+RUN_FILTERS = [
+    OpenApiParameter("job", str, description="A job id"),
+    OpenApiParameter(
+        "status", enum=["scheduled", "queued", "running", "retrying", "succeeded", "failed", "cancelled", "skipped"]
+    ),
+    OpenApiParameter("scheduled_after", str, description="ISO 8601 with offset; inclusive"),
+    OpenApiParameter("scheduled_before", str, description="ISO 8601 with offset; exclusive"),
+]
+
 
 class RunViewSet(TenantViewSet):
     pagination_class = IdCursorPagination
+    serializer_class = RunSerializer
 
     def run(self):
         return selectors.run_get(tenant=self.tenant, run_id=self.kwargs["pk"])
 
+    @extend_schema(parameters=RUN_FILTERS, responses={200: RunSerializer(many=True), **ERRORS})
     def list(self, request):
         filters = RunFilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         page = self.paginate_queryset(filters.apply(selectors.run_list(tenant=self.tenant)))
         return self.get_paginated_response(RunSerializer(page, many=True).data)
 
+    @extend_schema(responses={200: RunDetailSerializer, **ERRORS})
     def retrieve(self, request, pk=None):
         return Response(RunDetailSerializer(self.run()).data)
 
+    @extend_schema(request=None, responses={200: RunSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         try:
@@ -33,6 +49,7 @@ class RunViewSet(TenantViewSet):
             return conflict(error)
         return Response(RunSerializer(run).data)
 
+    @extend_schema(request=None, responses={202: RunSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
     def replay(self, request, pk=None):
         try:
@@ -41,6 +58,9 @@ class RunViewSet(TenantViewSet):
             return conflict(error)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(
+        operation_id="runs_replay_many", request=RunFilterSerializer, responses={202: ReplayedSerializer, **ERRORS}
+    )
     @action(detail=False, methods=["post"], url_path="replay")
     def replay_many(self, request):
         """Replay every failed run matching the filter (the dead-letter queue, or a slice of it)."""
