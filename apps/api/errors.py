@@ -3,13 +3,14 @@
 {"error": {"code": "invalid", "message": "...", "fields": {"schedule.expression": ["..."]}}}
 """
 
-from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from .parsers import PayloadTooLarge
 
 
 def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
@@ -37,9 +38,8 @@ def error_response(code: str, message: str, http_status: int, fields=None, heade
 
 
 def exception_handler(exc, context):
-    if isinstance(exc, RequestDataTooBig):
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return error_response("too_large", f"Request bodies are limited to {limit} bytes.", 413)
+    if isinstance(exc, RequestDataTooBig):  # Django's own check, e.g. for form bodies
+        exc = PayloadTooLarge()
     if isinstance(exc, (Http404, ObjectDoesNotExist)):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoValidationError):

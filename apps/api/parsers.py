@@ -1,0 +1,24 @@
+import io
+
+from django.conf import settings
+from rest_framework import exceptions, parsers, status
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+    def __init__(self):
+        super().__init__(f"Request bodies are limited to {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
+
+
+class LimitedJSONParser(parsers.JSONParser):
+    """JSON with a size limit. DRF reads the request stream itself, past Django's
+    DATA_UPLOAD_MAX_MEMORY_SIZE check, so the limit is enforced here (chunked bodies too)."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        data = stream.read(limit + 1) if stream is not None else b""
+        if len(data) > limit:
+            raise PayloadTooLarge()
+        return super().parse(io.BytesIO(data), media_type, parser_context)
