@@ -16,6 +16,24 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class StrictCharField(serializers.CharField):
+    """A string, and only a string: DRF's CharField would turn 0 or 1.5 into "0" or "1.5"."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID in a string: DRF's UUIDField would read false or 7 as an integer UUID."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
 class UTCDateTimeField(serializers.DateTimeField):
     """ISO 8601 in and out; input must carry an offset (no guessing a zone), output is UTC with Z."""
 

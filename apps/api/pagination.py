@@ -1,3 +1,4 @@
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
@@ -9,6 +10,15 @@ class IdCursorPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 200
+
+    def get_page_size(self, request):
+        """A bad `limit` is a 400, not silently the default."""
+        raw = request.query_params.getlist(self.page_size_query_param)
+        if not raw:
+            return self.page_size
+        if len(raw) > 1 or not raw[0].isdigit() or not 1 <= int(raw[0]) <= self.max_page_size:
+            raise ValidationError({"limit": [f"A whole number from 1 to {self.max_page_size}."]})
+        return int(raw[0])
 
     def get_paginated_response(self, data):
         return Response({"results": data, "next": self.get_next_link()})

@@ -1,7 +1,8 @@
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
+from .views.base import not_found
 from .views.jobs import JobViewSet
 from .views.keys import ApiKeyViewSet
 from .views.runs import RunViewSet
@@ -25,4 +26,5 @@ urlpatterns = [
         name="docs",
     ),
     *router.urls,
+    re_path(r"^.*$", not_found, name="not-found"),  # JSON 404s under /api/v1 too
 ]

@@ -35,6 +35,7 @@ ROUTES = {
     "api:schedule-preview": "collection",
     "api:schema": "public",
     "api:docs": "public",
+    "api:not-found": "catch-all",  # JSON 404 for any other path; holds nothing
 }
 
 

@@ -17,7 +17,7 @@ from apps.jobs.models import (
 )
 from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, ScheduleError
 
-from ..fields import StrictSerializer, UTCDateTimeField
+from ..fields import StrictCharField, StrictSerializer, UTCDateTimeField
 from .runs import RunSerializer
 
 HTTP_METHODS = ["POST", "PUT", "PATCH", "DELETE", "GET"]
@@ -40,8 +40,8 @@ RESERVED_HEADERS = {
 
 class ScheduleSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=ScheduleType.choices)
-    expression = serializers.CharField(required=False, max_length=120, trim_whitespace=True)
-    timezone = serializers.CharField(required=False, max_length=64, default="UTC")
+    expression = StrictCharField(required=False, max_length=120, trim_whitespace=True)
+    timezone = StrictCharField(required=False, max_length=64, default="UTC")
     run_at = UTCDateTimeField(required=False, allow_null=True)
 
     def validate(self, attrs):
@@ -63,9 +63,9 @@ class ScheduleSerializer(StrictSerializer):
 
 
 class TargetSerializer(StrictSerializer):
-    url = serializers.CharField(max_length=2048)
+    url = StrictCharField(max_length=2048)
     method = serializers.ChoiceField(choices=HTTP_METHODS, default="POST")
-    headers = serializers.DictField(child=serializers.CharField(max_length=4096, allow_blank=True), default=dict)
+    headers = serializers.DictField(child=StrictCharField(max_length=4096, allow_blank=True), default=dict)
     body = serializers.JSONField(required=False, allow_null=True, default=None)
 
     def validate_url(self, value):
@@ -114,7 +114,7 @@ def dst_policy_defaults() -> dict:
 
 
 class JobInputSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=200)
+    name = StrictCharField(max_length=200)
     schedule = ScheduleSerializer()
     target = TargetSerializer()
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.DEFAULT)
@@ -262,8 +262,8 @@ def job_as_input(job: JobDefinition) -> dict:
 
 
 class PreviewSerializer(StrictSerializer):
-    expression = serializers.CharField(max_length=200)
-    timezone = serializers.CharField(max_length=64, default="UTC")
+    expression = StrictCharField(max_length=200)
+    timezone = StrictCharField(max_length=64, default="UTC")
     count = serializers.IntegerField(min_value=1, max_value=MAX_PREVIEW_COUNT, default=10)
     start = UTCDateTimeField(required=False, allow_null=True, default=None)
     dst_policy = DstPolicySerializer(default=dst_policy_defaults)

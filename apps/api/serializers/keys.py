@@ -2,7 +2,7 @@ from rest_framework import serializers
 
 from apps.tenants.models import ApiKey
 
-from ..fields import StrictSerializer, UTCDateTimeField
+from ..fields import StrictCharField, StrictSerializer, UTCDateTimeField
 
 
 class ApiKeySerializer(serializers.ModelSerializer):
@@ -26,4 +26,4 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
 
 
 class ApiKeyInputSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    name = StrictCharField(max_length=100, required=False, allow_blank=True, default="")

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from apps.jobs.models import JobRun, RunAttempt, RunStatus
 
-from ..fields import StrictSerializer, UTCDateTimeField
+from ..fields import StrictCharField, StrictSerializer, StrictUUIDField, UTCDateTimeField
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -82,14 +82,12 @@ class RunDetailSerializer(RunSerializer):
 
 
 class RunFilterSerializer(StrictSerializer):
-    """Query parameters of GET /runs, and the body of POST /runs/replay."""
+    """The body of POST /runs/replay, and (with the pagination parameters) the query of GET /runs."""
 
-    job = serializers.UUIDField(required=False)
+    job = StrictUUIDField(required=False)
     status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
     scheduled_after = UTCDateTimeField(required=False)
     scheduled_before = UTCDateTimeField(required=False)
-    cursor = serializers.CharField(required=False)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=200)
 
     def apply(self, runs):
         data = self.validated_data
@@ -102,3 +100,8 @@ class RunFilterSerializer(StrictSerializer):
         if "scheduled_before" in data:
             runs = runs.filter(scheduled_for__lt=data["scheduled_before"])
         return runs
+
+
+class RunQuerySerializer(RunFilterSerializer):
+    cursor = StrictCharField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=200)

@@ -1,11 +1,40 @@
 """Base for every resource view: the tenant comes from the API key, and every lookup is scoped to it."""
 
-from rest_framework import viewsets
+import uuid
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, viewsets
+from rest_framework.decorators import api_view, authentication_classes, permission_classes, throttle_classes
 
 
 class TenantViewSet(viewsets.GenericViewSet):
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
+    """Subclasses set `queryset = Model.objects.none()` only so the schema knows the id type;
+    every read goes through a selector that takes the tenant."""
+
+    lookup_value_regex = "[^/]+"
 
     @property
     def tenant(self):
         return self.request.user.tenant
+
+    def object_id(self) -> uuid.UUID:
+        """The {id} of the URL; a malformed one is simply not found."""
+        try:
+            return uuid.UUID(str(self.kwargs["pk"]))
+        except ValueError:
+            raise exceptions.NotFound() from None
+
+
+@extend_schema(exclude=True)
+@api_view(["GET", "POST", "PUT", "PATCH", "DELETE"])
+@authentication_classes([])
+@permission_classes([])
+@throttle_classes([])
+def not_found(request, *args, **kwargs):
+    raise exceptions.NotFound("No such API endpoint.")
+
+
+def reject_unknown_params(request, allowed: set[str]) -> None:
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise exceptions.ValidationError({name: ["Unknown query parameter."] for name in unknown})

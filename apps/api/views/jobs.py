@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from apps.core.idempotency import MAX_KEY_LENGTH, IdempotencyConflict, idempotent
 from apps.jobs import selectors, services
-from apps.jobs.models import JobStatus, Priority
+from apps.jobs.models import JobDefinition, JobStatus, Priority
 
 from ..errors import error_response
 from ..pagination import IdCursorPagination
@@ -21,7 +21,7 @@ from ..serializers.jobs import (
     job_as_input,
 )
 from ..serializers.runs import RunSerializer
-from .base import TenantViewSet
+from .base import TenantViewSet, reject_unknown_params
 
 JOB_STATUS_FILTERS = {JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED}
 BackfillResultSerializer = inline_serializer(
@@ -36,10 +36,11 @@ def conflict(error: Exception) -> Response:
 
 class JobViewSet(TenantViewSet):
     pagination_class = IdCursorPagination
+    queryset = JobDefinition.objects.none()
     serializer_class = JobSerializer
 
     def job(self):
-        return selectors.job_get(tenant=self.tenant, job_id=self.kwargs["pk"])
+        return selectors.job_get(tenant=self.tenant, job_id=self.object_id())
 
     def detail_response(self, job) -> Response:
         recent = selectors.job_recent_runs(job=job)
@@ -54,6 +55,7 @@ class JobViewSet(TenantViewSet):
         responses={200: JobSerializer(many=True), **ERRORS},
     )
     def list(self, request):
+        reject_unknown_params(request, {"status", "priority", "q", "cursor", "limit"})
         jobs = selectors.job_list(tenant=self.tenant)
         params = request.query_params
         if params.get("status"):
@@ -165,6 +167,7 @@ class JobViewSet(TenantViewSet):
     @extend_schema(responses={200: RunSerializer(many=True), **ERRORS})
     @action(detail=True, methods=["get"])
     def runs(self, request, pk=None):
+        reject_unknown_params(request, {"cursor", "limit"})
         runs = selectors.job_runs(job=self.job())
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(RunSerializer(page, many=True).data)

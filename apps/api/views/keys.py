@@ -3,6 +3,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from apps.tenants import selectors, services
+from apps.tenants.models import ApiKey
 
 from ..schema import ERRORS
 from ..serializers.keys import ApiKeyCreatedSerializer, ApiKeyInputSerializer, ApiKeySerializer
@@ -10,6 +11,7 @@ from .base import TenantViewSet
 
 
 class ApiKeyViewSet(TenantViewSet):
+    queryset = ApiKey.objects.none()
     serializer_class = ApiKeySerializer
 
     @extend_schema(responses={200: ApiKeySerializer(many=True), **ERRORS})
@@ -27,5 +29,5 @@ class ApiKeyViewSet(TenantViewSet):
     @extend_schema(responses={204: None, **ERRORS})
     def destroy(self, request, pk=None):
         """Revoke the key; it is refused from the next request on. The row stays, for the record."""
-        services.api_key_revoke(api_key=selectors.api_key_get(tenant=self.tenant, api_key_id=pk))
+        services.api_key_revoke(api_key=selectors.api_key_get(tenant=self.tenant, api_key_id=self.object_id()))
         return Response(status=status.HTTP_204_NO_CONTENT)

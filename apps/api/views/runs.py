@@ -4,10 +4,11 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.jobs import selectors, services
+from apps.jobs.models import JobRun
 
 from ..pagination import IdCursorPagination
 from ..schema import ERRORS
-from ..serializers.runs import RunDetailSerializer, RunFilterSerializer, RunSerializer
+from ..serializers.runs import RunDetailSerializer, RunFilterSerializer, RunQuerySerializer, RunSerializer
 from .base import TenantViewSet
 from .jobs import conflict
 
@@ -24,14 +25,15 @@ RUN_FILTERS = [
 
 class RunViewSet(TenantViewSet):
     pagination_class = IdCursorPagination
+    queryset = JobRun.objects.none()
     serializer_class = RunSerializer
 
     def run(self):
-        return selectors.run_get(tenant=self.tenant, run_id=self.kwargs["pk"])
+        return selectors.run_get(tenant=self.tenant, run_id=self.object_id())
 
     @extend_schema(parameters=RUN_FILTERS, responses={200: RunSerializer(many=True), **ERRORS})
     def list(self, request):
-        filters = RunFilterSerializer(data=request.query_params.dict())
+        filters = RunQuerySerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         page = self.paginate_queryset(filters.apply(selectors.run_list(tenant=self.tenant)))
         return self.get_paginated_response(RunSerializer(page, many=True).data)
