@@ -31,7 +31,7 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
         runs = list(
             JobRun.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(id__in=run_ids, status=RunStatus.QUEUED)
-            .select_related("definition", "tenant")
+            .select_related("definition")
             .order_by("scheduled_for")
         )
         guarded_jobs = sorted({r.definition_id for r in runs if r.definition.concurrency_policy != "allow"})

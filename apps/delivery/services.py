@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
-from apps.tenants.selectors import signing_secrets_valid
+from apps.tenants.selectors import signing_secrets_by_tenant
 
 from .claiming import LeaseRenewer, claim_runs
 from .outcomes import attempts_left, record_outcomes
@@ -120,12 +120,9 @@ def deliver_runs(run_ids: list[str]) -> DeliveryReport:
         report.outcomes[RunStatus.CANCELLED] += 1
     if not to_send:
         return report
-    secrets_by_tenant: dict = {}
-    requests = []
-    for run in to_send:
-        if run.tenant_id not in secrets_by_tenant:
-            secrets_by_tenant[run.tenant_id] = signing_secrets_valid(tenant=run.tenant)
-        requests.append(build_request(run, secrets=secrets_by_tenant[run.tenant_id], now=timezone.now()))
+    secrets = signing_secrets_by_tenant(run.tenant_id for run in to_send)
+    now = timezone.now()
+    requests = [build_request(run, secrets=secrets[run.tenant_id], now=now) for run in to_send]
     transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
     with LeaseRenewer([run.id for run in to_send], owner=owner):
         responses = transport.send_many(requests)

@@ -207,8 +207,14 @@ class JobRun(UUIDModel):
                 name="jobrun_releasable_idx",
                 condition=Q(status__in=["scheduled", "retrying"]),
             ),
+            # Fair release: a skip scan over tenants with releasable runs, then each tenant's first.
+            models.Index(
+                fields=["tenant", "available_at"],
+                name="jobrun_tenant_releasable_idx",
+                condition=Q(status__in=["scheduled", "retrying"]),
+            ),
             # Recovery sweeps: queued runs nobody took, running runs whose lease ran out.
-            models.Index(fields=["queued_at"], name="jobrun_queued_idx", condition=Q(status="queued")),
+            models.Index(fields=["priority", "queued_at"], name="jobrun_queued_idx", condition=Q(status="queued")),
             models.Index(fields=["lease_expires_at"], name="jobrun_running_idx", condition=Q(status="running")),
             models.Index(fields=["tenant", "-created_at"], name="jobrun_tenant_created_idx"),
             models.Index(fields=["definition", "-scheduled_for"], name="jobrun_definition_idx"),

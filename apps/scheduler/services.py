@@ -15,14 +15,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Window
-from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from apps.delivery.enqueue import publish_runs
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
 from apps.jobs.planning import insert_runs, plan_definition, runs_from_plan
 
+from .fairness import fair_selection
 from .leases import LeaseKeeper
 from .models import SchedulerLease
 from .sql import advance_definitions
@@ -30,7 +29,6 @@ from .sql import advance_definitions
 logger = logging.getLogger(__name__)
 
 RELEASABLE = (RunStatus.SCHEDULED, RunStatus.RETRYING)
-IN_FLIGHT = (RunStatus.QUEUED, RunStatus.RUNNING)
 PLANNING_FIELDS = (
     "id",
     "tenant_id",
@@ -95,11 +93,8 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
 
 
 def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> int:
-    """Flip runs whose time has come to `queued` and publish them to their priority's queue.
-
-    Fair across tenants: each tenant may have at most CHIME_TENANT_MAX_IN_FLIGHT runs queued or
-    running; the rest of a burst waits here, in the database, and the runs released in one batch
-    are interleaved tenant by tenant. So another tenant's runs never queue behind a big burst.
+    """Flip runs whose time has come to `queued` and publish them to their priority's queue,
+    fairly across tenants and within each tier's queue budget (apps/scheduler/fairness.py).
 
     The flip happens only for partitions whose lease rows this process still holds at its epoch;
     those rows are locked for the transaction, so a takeover waits for it instead of racing it.
@@ -109,14 +104,14 @@ def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> 
     with transaction.atomic():
         held = SchedulerLease.objects.select_for_update().filter(leases.fence())
         valid = list(held.values_list("partition", flat=True))
-        if not valid:
+        if not valid or not _anything_due(valid, now):
             return 0
         chosen = fair_selection(valid, now=now, batch_size=batch_size)
         if not chosen:
             return 0
         rows = list(
             JobRun.objects.select_for_update(skip_locked=True)
-            .filter(id__in=chosen, status__in=RELEASABLE)
+            .filter(id__in=[run_id for run_id, _ in chosen], status__in=RELEASABLE)
             .values_list("id", "priority")
         )
         JobRun.objects.filter(id__in=[run_id for run_id, _ in rows]).update(status=RunStatus.QUEUED, queued_at=now)
@@ -124,24 +119,9 @@ def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> 
     return len(rows)
 
 
-def fair_selection(partitions: list[int], *, now: datetime, batch_size: int) -> list:
-    """Ids of up to `batch_size` releasable runs, round-robin over tenants, within each tenant's cap."""
-    cap = settings.CHIME_TENANT_MAX_IN_FLIGHT
-    in_flight = dict(
-        JobRun.objects.filter(status__in=IN_FLIGHT)
-        .values("tenant_id")
-        .annotate(n=Count("id"))
-        .values_list("tenant_id", "n")
-    )
-    ranked = (
-        JobRun.objects.filter(status__in=RELEASABLE, available_at__lte=now, partition__in=partitions)
-        .annotate(rank=Window(RowNumber(), partition_by=[F("tenant_id")], order_by=F("available_at").asc()))
-        .filter(rank__lte=min(cap, batch_size))
-        .values_list("id", "tenant_id", "rank", "available_at")
-    )
-    eligible = [row for row in ranked if row[2] + in_flight.get(row[1], 0) <= cap]
-    eligible.sort(key=lambda row: (row[2], row[3]))  # the 1st run of every tenant, then the 2nd, ...
-    return [row[0] for row in eligible[:batch_size]]
+def _anything_due(partitions: list[int], now: datetime) -> bool:
+    """The cheap check first (jobrun_releasable_idx): most ticks find nothing due."""
+    return JobRun.objects.filter(status__in=RELEASABLE, available_at__lte=now, partition__in=partitions).exists()
 
 
 def publish_or_put_back(rows: list[tuple]) -> None:

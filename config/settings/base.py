@@ -214,9 +214,9 @@ CHIME_MAX_TIMEOUT_SECONDS = 900
 # stops renewing is treated as dead once it expires, whatever the job's timeout.
 CHIME_RUN_LEASE_SECONDS = env.int("CHIME_RUN_LEASE_SECONDS", default=30)
 CHIME_RUN_LEASE_RENEW_SECONDS = env.float("CHIME_RUN_LEASE_RENEW_SECONDS", default=10.0)
-# Fairness: at most this many runs of one tenant are queued or running at once; the rest wait in
-# the database, so one tenant's burst cannot sit in front of another tenant's runs in the queue.
-CHIME_TENANT_MAX_IN_FLIGHT = env.int("CHIME_TENANT_MAX_IN_FLIGHT", default=1000)
+# Fairness and backpressure: a priority tier's queue holds at most this many runs; the rest of a
+# burst waits in the database and is released round-robin across tenants as the queue drains.
+CHIME_MAX_QUEUED_RUNS = env.int("CHIME_MAX_QUEUED_RUNS", default=2000)
 # Partition leases: a dead scheduler's partitions are taken over within TTL + refresh interval.
 CHIME_LEASE_TTL_SECONDS = env.int("CHIME_LEASE_TTL_SECONDS", default=10)
 CHIME_LEASE_REFRESH_SECONDS = env.float("CHIME_LEASE_REFRESH_SECONDS", default=3.0)

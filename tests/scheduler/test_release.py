@@ -34,32 +34,49 @@ def due_runs(job, count, *, status=RunStatus.SCHEDULED, start=NOW - timedelta(mi
     )
 
 
-def test_a_burst_of_one_tenant_does_not_crowd_out_another(settings, tenant, other_tenant):
-    settings.CHIME_TENANT_MAX_IN_FLIGHT = 10
+def ids(selection):
+    return [run_id for run_id, _ in selection]
+
+
+def test_a_burst_of_one_tenant_does_not_crowd_out_another(tenant, other_tenant):
     big = due_runs(JobFactory(tenant=tenant), 50)
-    small = due_runs(JobFactory(tenant=other_tenant), 5)
-    chosen = fair_selection(ALL, now=NOW, batch_size=20)
-    assert set(chosen) >= {r.id for r in small}, "all of the small tenant's runs go out at once"
-    assert len([i for i in chosen if i in {r.id for r in big}]) == 10, "the big tenant is held at its cap"
-    # Interleaved: the first two picks are one run of each tenant.
-    firsts = {JobRun.objects.get(id=i).tenant_id for i in chosen[:2]}
-    assert firsts == {tenant.id, other_tenant.id}
+    small = due_runs(JobFactory(tenant=other_tenant), 5, start=NOW - timedelta(seconds=30))  # due later
+    chosen = ids(fair_selection(ALL, now=NOW, batch_size=20))
+    assert len(chosen) == 20
+    assert set(chosen) >= {r.id for r in small}, "all of the small tenant's runs go out in the first batch"
+    # Round-robin: the first picks alternate between the tenants.
+    owners = [JobRun.objects.get(id=i).tenant_id for i in chosen[:4]]
+    assert owners.count(tenant.id) == 2 and owners.count(other_tenant.id) == 2
+    assert [i for i in chosen if i in {r.id for r in big}] == [r.id for r in big[:15]], "oldest first"
 
 
-def test_a_tenant_at_its_cap_waits_until_runs_finish(settings, tenant, other_tenant):
-    settings.CHIME_TENANT_MAX_IN_FLIGHT = 10
-    job = JobFactory(tenant=tenant)
-    due_runs(job, 10, status=RunStatus.RUNNING, start=NOW - timedelta(hours=1))
-    waiting = due_runs(job, 5)
-    assert fair_selection(ALL, now=NOW, batch_size=100) == []
-    JobRun.objects.filter(status=RunStatus.RUNNING).update(status=RunStatus.SUCCEEDED)
-    assert set(fair_selection(ALL, now=NOW, batch_size=100)) == {r.id for r in waiting}
+def test_a_full_queue_holds_back_its_own_tier_only(settings, tenant):
+    settings.CHIME_MAX_QUEUED_RUNS = 10
+    low, high = JobFactory(tenant=tenant, priority="low"), JobFactory(tenant=tenant, priority="high")
+    due_runs(low, 10, status=RunStatus.QUEUED, start=NOW - timedelta(hours=1))
+    waiting_low = due_runs(low, 5)
+    urgent = due_runs(high, 3)
+    assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in urgent}
+    JobRun.objects.filter(status=RunStatus.QUEUED).update(status=RunStatus.SUCCEEDED)
+    assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in waiting_low + urgent}
+
+
+def test_within_a_tenant_high_priority_goes_first(tenant):
+    low = due_runs(JobFactory(tenant=tenant, priority="low"), 5, start=NOW - timedelta(minutes=5))
+    high = due_runs(JobFactory(tenant=tenant, priority="high"), 2)
+    chosen = ids(fair_selection(ALL, now=NOW, batch_size=3))
+    assert chosen[:2] == [r.id for r in high] and chosen[2] == low[0].id
 
 
 def test_runs_not_yet_due_stay(tenant):
-    job = JobFactory(tenant=tenant)
-    due_runs(job, 3, start=NOW + timedelta(seconds=1))
+    due_runs(JobFactory(tenant=tenant), 3, start=NOW + timedelta(seconds=1))
     assert fair_selection(ALL, now=NOW, batch_size=100) == []
+
+
+def test_only_the_given_partitions(tenant):
+    job = JobFactory(tenant=tenant)
+    due_runs(job, 2)
+    assert fair_selection([p for p in ALL if p != job.partition], now=NOW, batch_size=100) == []
 
 
 @pytest.fixture
@@ -83,9 +100,7 @@ def test_release_flips_to_queued_and_publishes_per_priority_tier(tenant, broker,
     published = {}
     for queue in ("runs.high", "runs.default", "runs.low"):
         messages = [json.loads(m) for m in broker.lrange(queue, 0, -1)]
-        published[queue] = sorted(
-            run_id for m in messages for run_id in json.loads(base64.b64decode(m["body"]))[0][0]
-        )
+        published[queue] = sorted(run_id for m in messages for run_id in json.loads(base64.b64decode(m["body"]))[0][0])
     assert published == {
         "runs.high": sorted(str(r.id) for r in high_runs),
         "runs.default": [],

@@ -1,0 +1,124 @@
+"""Which due runs to release next: fair across tenants, bounded by what the queues already hold.
+
+Two rules (docs/operations.md#fairness-between-tenants):
+
+1. Backpressure per priority tier: a tier's queue holds at most CHIME_MAX_QUEUED_RUNS runs in
+   `queued`; the rest of a burst waits in PostgreSQL. Counting is cheap because it is bounded.
+2. Round-robin across tenants: a release batch takes an equal share from every tenant with due
+   runs (its high-priority ones first), then the first run of every tenant, the second, ...
+
+So a tenant's 100 runs due at the same minute as another tenant's 50,000 go out in the first
+batch, and then wait behind at most CHIME_MAX_QUEUED_RUNS runs in the queue.
+"""
+
+import math
+from collections import Counter
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection
+
+from apps.jobs.models import JobRun, Priority, RunStatus
+
+RELEASABLE = (RunStatus.SCHEDULED, RunStatus.RETRYING)
+PRIORITY_ORDER = {Priority.HIGH: 0, Priority.DEFAULT: 1, Priority.LOW: 2}
+
+
+def queue_budgets() -> dict[str, int]:
+    """How many more runs each priority tier's queue may take now."""
+    limit = settings.CHIME_MAX_QUEUED_RUNS
+    budgets = {}
+    for priority in Priority.values:
+        queued = JobRun.objects.filter(status=RunStatus.QUEUED, priority=priority).values("id")[:limit]
+        budgets[priority] = limit - queued.count()
+    return budgets
+
+
+def fair_selection(partitions: list[int], *, now: datetime, batch_size: int) -> list[tuple]:
+    """(id, priority) of up to `batch_size` runs to release, fair across tenants and tiers."""
+    budgets = queue_budgets()
+    if not any(budget > 0 for budget in budgets.values()):
+        return []
+    if connection.vendor == "postgresql":
+        candidates = _candidates_postgresql(partitions, now=now, batch_size=batch_size)
+    else:
+        candidates = _candidates_portable(partitions, now=now, batch_size=batch_size)
+    chosen, taken = [], Counter()
+    for run_id, priority, _tenant, _rank in candidates:
+        if taken[priority] < budgets[priority]:
+            chosen.append((run_id, priority))
+            taken[priority] += 1
+            if len(chosen) == batch_size:
+                break
+    return chosen
+
+
+# Distinct tenants with releasable runs, by a skip scan over jobrun_tenant_releasable_idx:
+# one index probe per tenant instead of reading every due row.
+TENANTS_SQL = """
+WITH RECURSIVE tenants(tenant_id) AS (
+    (SELECT tenant_id FROM jobs_jobrun WHERE status IN ('scheduled', 'retrying') ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.tenant_id FROM jobs_jobrun r
+             WHERE r.status IN ('scheduled', 'retrying') AND r.tenant_id > t.tenant_id
+             ORDER BY r.tenant_id LIMIT 1)
+      FROM tenants t WHERE t.tenant_id IS NOT NULL
+)
+SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL
+"""
+
+# Each tenant's first due runs (high priority first), ranked within the tenant.
+CANDIDATES_SQL = """
+SELECT x.id, x.priority, x.tenant_id, x.rank + %(skip)s
+  FROM unnest(%(tenants)s::uuid[]) AS t(tenant_id)
+  CROSS JOIN LATERAL (
+      SELECT r.id, r.priority, r.tenant_id,
+             row_number() OVER (ORDER BY r.priority = 'high' DESC, r.available_at) AS rank
+        FROM jobs_jobrun r
+       WHERE r.tenant_id = t.tenant_id AND r.status IN ('scheduled', 'retrying')
+         AND r.available_at <= %(now)s AND r.partition = ANY(%(partitions)s)
+       ORDER BY r.priority = 'high' DESC, r.available_at
+       OFFSET %(skip)s LIMIT %(per_tenant)s
+  ) AS x
+ ORDER BY x.rank, x.priority = 'high' DESC, x.tenant_id
+"""
+
+
+def _candidates_postgresql(partitions: list[int], *, now: datetime, batch_size: int) -> list[tuple]:
+    """An equal share from every tenant; if some have fewer due runs than their share, one more
+    round takes the rest of the batch from the tenants that filled theirs."""
+    with connection.cursor() as cursor:
+        cursor.execute(TENANTS_SQL)
+        tenants = [row[0] for row in cursor.fetchall()]
+        if not tenants:
+            return []
+        share = max(math.ceil(batch_size / len(tenants)), 1)
+        params = {"now": now, "partitions": partitions}
+        cursor.execute(CANDIDATES_SQL, {**params, "tenants": tenants, "per_tenant": share, "skip": 0})
+        candidates = cursor.fetchall()
+        per_tenant = Counter(row[2] for row in candidates)
+        full = [tenant for tenant, n in per_tenant.items() if n == share]
+        missing = batch_size - len(candidates)
+        if missing > 0 and full:
+            more = math.ceil(missing / len(full))
+            cursor.execute(CANDIDATES_SQL, {**params, "tenants": full, "per_tenant": more, "skip": share})
+            candidates += cursor.fetchall()
+        candidates.sort(key=lambda row: (row[3], row[1] != Priority.HIGH))
+        return candidates
+
+
+def _candidates_portable(partitions: list[int], *, now: datetime, batch_size: int) -> list[tuple]:
+    """Embedded mode (SQLite): the same order, computed in Python over a bounded scan."""
+    rows = list(
+        JobRun.objects.filter(status__in=RELEASABLE, available_at__lte=now, partition__in=partitions)
+        .order_by("available_at")
+        .values_list("id", "priority", "tenant_id", "available_at")[: batch_size * 10]
+    )
+    rows.sort(key=lambda r: (r[1] != Priority.HIGH, r[3]))
+    rank: Counter = Counter()
+    ranked = []
+    for run_id, priority, tenant_id, _ in rows:
+        rank[tenant_id] += 1
+        ranked.append((run_id, priority, tenant_id, rank[tenant_id]))
+    ranked.sort(key=lambda r: (r[3], r[1] != Priority.HIGH))
+    return ranked

@@ -1,0 +1,50 @@
+"""Django admin for staff: tenants, memberships, API keys (never a raw key: only prefixes exist)."""
+
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from .models import ApiKey, Membership, Tenant
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    raw_id_fields = ["user"]
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    readonly_fields = ["id", "created_at"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "tenant", "role", "created_at"]
+    list_filter = ["role", "tenant"]
+    search_fields = ["user__username", "user__email", "tenant__slug"]
+    raw_id_fields = ["user"]
+    list_select_related = ["user", "tenant"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "tenant", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["tenant", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["prefix", "name", "tenant__slug"]
+    list_select_related = ["tenant"]
+    fields = ["id", "tenant", "name", "prefix", "created_at", "last_used_at", "revoked_at"]  # not key_hash
+    readonly_fields = ["id", "tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke_selected"]
+
+    def has_add_permission(self, request):
+        return False  # a raw key must be shown to someone once: create keys in the dashboard or the CLI
+
+    @admin.action(description="Revoke selected API keys", permissions=["change"])
+    def revoke_selected(self, request, queryset):
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {revoked} API key(s).", messages.SUCCESS)
