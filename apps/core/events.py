@@ -1,13 +1,101 @@
 """Live-update events: tell dashboards that runs changed.
 
-Call `runs_changed` after the change is committed (it is best effort: a lost event only delays
-a dashboard until its next refresh, it never loses a run).
+Call `runs_changed` after the change is committed (or `runs_changed_on_commit` inside a
+transaction). It is best effort: a lost event only delays a dashboard until its next refresh, it
+never loses a run.
+
+Transport: a plain Redis PUBLISH to one channel per tenant ("chime:runs:<tenant id>"), which the
+dashboard's WebSocket consumer subscribes to (apps/dashboard/consumers.py). Not the Channels
+layer: `async_to_sync(channel_layer.group_send)` from a Celery worker can hit "Event loop is
+closed" (django/channels_redis#332), while a synchronous redis-py client works the same in the
+scheduler, a forked Celery child, a web request or a management command. The client is created
+lazily per process (and again after a fork), with short timeouts, so a slow or absent Redis costs
+a writer at most a second and never raises.
+
+Events carry only run ids and statuses; the consumer re-reads the rows from the database within
+the subscriber's tenant, so an event can never show another tenant's data. Without REDIS_URL
+(embedded mode) this is a no-op and the dashboard polls instead (docs/dashboard.md).
 """
 
+import json
+import logging
+import os
+import threading
+from collections import defaultdict
 from collections.abc import Iterable
+
+from django.conf import settings
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+CHANNEL_PREFIX = "chime:runs:"
+MAX_RUNS_PER_MESSAGE = 500
+TIMEOUT_SECONDS = 1.0
+
+_client = None
+_client_pid = None
+_client_lock = threading.Lock()
+
+
+def channel_for(tenant_id) -> str:
+    return f"{CHANNEL_PREFIX}{tenant_id}"
+
+
+def encode(runs: list[tuple[str, str | None]]) -> str:
+    return json.dumps({"runs": [[run_id, status] for run_id, status in runs]}, separators=(",", ":"))
+
+
+def decode(data: bytes | str) -> list[tuple[str, str | None]]:
+    """(run id, status or None) pairs of one message; malformed input gives nothing."""
+    try:
+        runs = json.loads(data)["runs"]
+        return [(str(run[0]), run[1] if len(run) > 1 else None) for run in runs]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return []
+
+
+def _redis():
+    """One client per process. After a fork (Celery prefork) the parent's sockets are not reused."""
+    global _client, _client_pid
+    with _client_lock:
+        if _client is None or _client_pid != os.getpid():
+            import redis
+
+            _client = redis.Redis.from_url(
+                settings.REDIS_URL,
+                socket_timeout=TIMEOUT_SECONDS,
+                socket_connect_timeout=TIMEOUT_SECONDS,
+                health_check_interval=30,
+            )
+            _client_pid = os.getpid()
+        return _client
 
 
 def runs_changed(changes: Iterable[tuple]) -> None:
-    """`changes`: (tenant_id, run_id) pairs whose run was created or changed status."""
-    # Implemented with the dashboard's live updates (issue 6).
-    return None
+    """`changes`: (tenant_id, run_id) pairs, or (tenant_id, run_id, status), whose run was created or
+    changed status. Published per tenant, in messages of at most MAX_RUNS_PER_MESSAGE runs."""
+    if not settings.REDIS_URL:
+        return
+    by_tenant: dict[str, dict[str, str | None]] = defaultdict(dict)
+    for change in changes:
+        tenant_id, run_id = change[0], change[1]
+        by_tenant[str(tenant_id)][str(run_id)] = change[2] if len(change) > 2 else None
+    if not by_tenant:
+        return
+    try:
+        pipe = _redis().pipeline(transaction=False)
+        for tenant_id, runs in by_tenant.items():
+            items = list(runs.items())
+            for start in range(0, len(items), MAX_RUNS_PER_MESSAGE):
+                pipe.publish(channel_for(tenant_id), encode(items[start : start + MAX_RUNS_PER_MESSAGE]))
+        pipe.execute()
+    except Exception:  # best effort by contract: a dashboard event must never break a write path
+        logger.warning("could not publish run events for %d tenants", len(by_tenant), exc_info=True)
+
+
+def runs_changed_on_commit(changes: Iterable[tuple]) -> None:
+    """`runs_changed` once the current transaction commits (at once outside a transaction)."""
+    changes = list(changes)
+    if changes:
+        transaction.on_commit(lambda: runs_changed(changes))

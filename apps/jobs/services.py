@@ -10,7 +10,7 @@ from django.utils import timezone
 from apps.tenants.models import Tenant
 
 from .models import UNSTARTED_RUN_STATUSES, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
-from .planning import insert_runs, plan_definition, runs_from_plan
+from .planning import insert_run_rows, insert_runs, plan_definition, run_rows_from_plan
 
 
 def next_fire_after(definition: JobDefinition, after: datetime) -> datetime | None:
@@ -73,7 +73,7 @@ def job_resume(*, job: JobDefinition) -> JobDefinition:
     job.consecutive_failures = 0  # resuming resets the circuit breaker
     if job.next_fire_at is not None and job.next_fire_at <= now:
         plan = plan_definition(job, now=now, pause_reason="Job was paused at the time.")
-        insert_runs(list(runs_from_plan(job, plan, now=now)))
+        insert_run_rows(list(run_rows_from_plan(job, plan, now=now)), now=now)
         job.next_fire_at = plan.next_fire_at
         if plan.completed:
             job.status = JobStatus.COMPLETED

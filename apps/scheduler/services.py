@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from apps.delivery.enqueue import publish_runs
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
-from apps.jobs.planning import insert_runs, plan_definition, runs_from_plan
+from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan
 
 from .fairness import fair_selection
 from .leases import LeaseKeeper
@@ -83,11 +83,11 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
         for definition in definitions:
             plan = plan_definition(definition, now=now)
             lag = max(lag, plan.lag)
-            runs.extend(runs_from_plan(definition, plan, now=now))
+            runs.extend(run_rows_from_plan(definition, plan, now=now))
             last = max((r.scheduled_for for r in plan.runs), default=None)
             status = JobStatus.COMPLETED if plan.completed else JobStatus.ACTIVE
             updates.append((definition.id, plan.next_fire_at, status, last))
-        insert_runs(runs)
+        insert_run_rows(runs, now=now)
         advance_definitions(updates, now=now)
     return len(definitions), lag
 

@@ -1,0 +1,125 @@
+"""The live WebSocket: pushes re-rendered rows of the tenant's runs as they change.
+
+Authenticated by the session (AuthMiddlewareStack), origin checked (AllowedHostsOriginValidator,
+config/asgi.py). The tenant is resolved from the user's memberships at connect, and membership is
+checked again before every push, so a user removed from a tenant stops receiving at once. Events
+come from Redis pub/sub (apps/core/events.py): one subscription per socket, to its tenant's
+channel only; they carry ids, and rows are re-read within the tenant before rendering.
+"""
+
+import asyncio
+import logging
+from urllib.parse import parse_qsl
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from apps.core.events import channel_for, decode
+from apps.tenants.accounts import membership_of
+
+from .access import scope_membership
+from .live import LiveView, job_in_tenant, render_rows
+from .zones import viewer_zone_from_cookies, zone_or_none
+
+logger = logging.getLogger(__name__)
+
+BATCH_SECONDS = 0.1  # coalesce a burst of events into one push
+# A bigger burst (a top-of-the-hour spike, a bulk replay) is not rendered row by row: the page is
+# told to reload its table once instead, at most every REFRESH_SECONDS.
+MAX_ROWS_PER_PUSH = 200
+REFRESH_SECONDS = 2.0
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NO_LIVE_UPDATES = 4404
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    pubsub = None
+    redis = None
+    listener = None
+
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        view = LiveView.parse(dict(parse_qsl(self.scope.get("query_string", b"").decode("latin-1"))))
+        membership = await database_sync_to_async(scope_membership)(user, self.scope["session"])
+        if view is None or membership is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        if view.job_id and not await database_sync_to_async(job_in_tenant)(membership.tenant_id, view.job_id):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        if not settings.REDIS_URL:
+            await self.close(code=CLOSE_NO_LIVE_UPDATES)  # embedded mode: pages poll instead
+            return
+        self.user, self.view, self.tenant_id = user, view, membership.tenant_id
+        self.zone = zone_or_none(view.zone) or viewer_zone_from_cookies(self.scope.get("cookies", {}))
+        from redis import asyncio as aioredis
+
+        self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
+        self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        await self.pubsub.subscribe(channel_for(self.tenant_id))
+        await self.accept()
+        self.listener = asyncio.create_task(self.listen())
+
+    async def disconnect(self, code):
+        if self.listener is not None:
+            self.listener.cancel()
+        if self.pubsub is not None:
+            await self.pubsub.aclose()
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    async def receive_json(self, content, **kwargs):
+        pass  # the page only listens
+
+    async def listen(self):
+        try:
+            while True:
+                run_ids = await self.next_batch()
+                if len(run_ids) > MAX_ROWS_PER_PUSH:
+                    await self.send_json({"refresh": True})
+                    await asyncio.sleep(REFRESH_SECONDS)
+                    await self.drain()
+                    continue
+                rows = await database_sync_to_async(self.render)(run_ids)
+                if rows is None:
+                    await self.close(code=CLOSE_FORBIDDEN)
+                    return
+                if rows:
+                    await self.send_json({"rows": rows})
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("live updates stopped for tenant %s", self.tenant_id, exc_info=True)
+            await self.close(code=1011)  # the page reconnects with back-off
+
+    async def next_batch(self) -> set[str]:
+        """Wait for an event, then gather whatever else arrives within BATCH_SECONDS."""
+        loop = asyncio.get_running_loop()
+        run_ids: set[str] = set()
+        deadline = None
+        while deadline is None or loop.time() < deadline:
+            timeout = 30.0 if deadline is None else max(deadline - loop.time(), 0.0)
+            message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
+            if message is None or message.get("type") != "message":
+                continue
+            run_ids.update(run_id for run_id, _ in decode(message["data"]))
+            if run_ids and deadline is None:
+                deadline = loop.time() + BATCH_SECONDS
+        return run_ids
+
+    async def drain(self):
+        """Drop the events that arrived meanwhile: the refreshed table shows their outcome."""
+        while await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=0):
+            pass
+
+    def render(self, run_ids) -> list[dict] | None:
+        """Rows for the changed runs, or None when the user is no longer a member of the tenant."""
+        membership = membership_of(self.user, self.tenant_id)
+        if membership is None:
+            return None
+        return render_rows(membership=membership, view=self.view, run_ids=run_ids, zone=self.zone)
