@@ -58,15 +58,15 @@ class JobViewSet(TenantViewSet):
         reject_unknown_params(request, {"status", "priority", "q", "cursor", "limit"})
         jobs = selectors.job_list(tenant=self.tenant)
         params = request.query_params
-        if params.get("status"):
+        if "status" in params:
             if params["status"] not in JOB_STATUS_FILTERS:
                 raise ValidationError({"status": [f"One of: {', '.join(sorted(JOB_STATUS_FILTERS))}."]})
             jobs = jobs.filter(status=params["status"])
-        if params.get("priority"):
+        if "priority" in params:
             if params["priority"] not in Priority.values:
                 raise ValidationError({"priority": [f"One of: {', '.join(Priority.values)}."]})
             jobs = jobs.filter(priority=params["priority"])
-        if params.get("q"):
+        if params.get("q"):  # an empty q filters nothing
             jobs = jobs.filter(name__icontains=params["q"])
         page = self.paginate_queryset(jobs)
         return self.get_paginated_response(JobSerializer(page, many=True).data)
