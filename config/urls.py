@@ -11,4 +11,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.api.urls")),
     path("healthz", healthz),
+    path("", include("apps.dashboard.urls")),
 ]

@@ -10,6 +10,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from apps.core.events import runs_changed, runs_changed_on_commit
 from apps.jobs.models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
         run.status = RunStatus.RUNNING
         run.attempt_count += 1
         run.lease_owner = owner
+    # Claimed runs are running now; the others were skipped by concurrency_policy 'forbid'.
+    runs_changed((run.tenant_id, run.id) for run in runs)
     return claimed
 
 
@@ -70,7 +73,9 @@ def _apply_concurrency_policy(run: JobRun, policy: str, *, now: datetime) -> boo
             status_reason=f"Skipped: run {busy[0]} of this job was still {busy[1]} (concurrency_policy 'forbid').",
         )
         return False
-    others.update(
+    replaced = list(others.values_list("id", flat=True))
+    runs_changed_on_commit((run.tenant_id, other_id, RunStatus.CANCELLED) for other_id in replaced)
+    JobRun.objects.filter(id__in=replaced).update(
         status=RunStatus.CANCELLED,
         finished_at=now,
         lease_owner="",

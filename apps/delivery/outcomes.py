@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from psycopg.types.json import Jsonb
 
+from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
 from apps.tenants.models import Membership, Role
 
@@ -177,6 +178,7 @@ def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> di
             )
         counts[RunStatus.RETRYING] += len(retrying)
         _update_job_health(jobs_ok, jobs_failed, jobs_gone, now=now)
+        runs_changed_on_commit((run.tenant_id, run.id) for run, _, _ in deliveries if run.id in mine)
     return {outcome: n for outcome, n in counts.items() if n}
 
 

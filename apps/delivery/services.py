@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from apps.core.events import runs_changed, runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
 from apps.tenants.selectors import signing_secrets_by_tenant
 
@@ -118,6 +119,7 @@ def deliver_runs(run_ids: list[str]) -> DeliveryReport:
             lease_expires_at=None,
         )
         report.outcomes[RunStatus.CANCELLED] += 1
+    runs_changed((run.tenant_id, run.id, RunStatus.CANCELLED) for run in runs if run not in to_send)
     if not to_send:
         return report
     secrets = signing_secrets_by_tenant(run.tenant_id for run in to_send)
@@ -173,4 +175,5 @@ def recover_expired_leases(*, partitions: list[int], now: datetime, batch_size: 
             JobRun.objects.filter(id=run.id, status=RunStatus.RUNNING).update(
                 lease_owner="", lease_expires_at=None, **changes
             )
+        runs_changed_on_commit((run.tenant_id, run.id) for run in runs)
     return len(runs)

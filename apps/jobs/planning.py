@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import connection
 from uuid6 import uuid7
 
+from apps.core.events import runs_changed_on_commit
+
 from .models import JobDefinition, JobRun, MisfirePolicy, RunStatus, ScheduleType, Trigger
 
 # Skipped occurrences past this many become one summary row instead of one row each.
@@ -210,6 +212,7 @@ def insert_run_rows(rows: list[tuple], *, now: datetime) -> None:
     """
     if not rows:
         return
+    runs_changed_on_commit((row[1], row[0], row[7]) for row in rows)  # (tenant_id, id, status): RUN_COLUMNS
     if connection.vendor != "postgresql":
         JobRun.objects.bulk_create(
             [JobRun(**dict(zip(RUN_COLUMNS, row, strict=True)), created_at=now) for row in rows],
@@ -226,3 +229,4 @@ def insert_runs(runs: list[JobRun]) -> None:
     """Insert run objects (small batches: resume, backfill); duplicates are left alone."""
     if runs:
         JobRun.objects.bulk_create(runs, ignore_conflicts=True, batch_size=5000)
+        runs_changed_on_commit((run.tenant_id, run.id, run.status) for run in runs)

@@ -7,6 +7,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.core.events import runs_changed_on_commit
 from apps.tenants.models import Tenant
 
 from .models import UNSTARTED_RUN_STATUSES, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
@@ -42,7 +43,9 @@ class JobActionError(Exception):
 
 
 def _cancel_unstarted_runs(*, job: JobDefinition, reason: str, now: datetime) -> int:
-    return JobRun.objects.filter(definition=job, status__in=UNSTARTED_RUN_STATUSES).update(
+    ids = list(JobRun.objects.filter(definition=job, status__in=UNSTARTED_RUN_STATUSES).values_list("id", flat=True))
+    runs_changed_on_commit((job.tenant_id, run_id, RunStatus.CANCELLED) for run_id in ids)
+    return JobRun.objects.filter(id__in=ids, status__in=UNSTARTED_RUN_STATUSES).update(
         status=RunStatus.CANCELLED, status_reason=reason, finished_at=now
     )
 
@@ -88,7 +91,7 @@ def job_trigger(*, job: JobDefinition) -> JobRun:
     if job.status == JobStatus.DELETED:
         raise JobActionError("A deleted job cannot be triggered.")
     now = timezone.now()
-    return JobRun.objects.create(
+    run = JobRun.objects.create(
         tenant_id=job.tenant_id,
         definition=job,
         partition=job.partition,
@@ -97,6 +100,8 @@ def job_trigger(*, job: JobDefinition) -> JobRun:
         available_at=now,
         trigger=Trigger.MANUAL,
     )
+    runs_changed_on_commit([(run.tenant_id, run.id, run.status)])
+    return run
 
 
 MAX_BACKFILL_RUNS = 1000
@@ -164,6 +169,7 @@ def run_cancel(*, run: JobRun) -> JobRun:
     run.status, run.status_reason, run.finished_at = RunStatus.CANCELLED, "Cancelled by the API.", timezone.now()
     run.lease_owner, run.lease_expires_at = "", None
     run.save(update_fields=["status", "status_reason", "finished_at", "lease_owner", "lease_expires_at"])
+    runs_changed_on_commit([(run.tenant_id, run.id, run.status)])
     return run
 
 
@@ -181,13 +187,17 @@ def run_replay(*, run: JobRun) -> JobRun:
     run.save(
         update_fields=["status", "status_reason", "available_at", "finished_at", "queued_at", "attempts_before_replay"]
     )
+    runs_changed_on_commit([(run.tenant_id, run.id, run.status)])
     return run
 
 
+@transaction.atomic
 def runs_replay_failed(*, runs) -> int:
     """Replay every failed run of a (tenant-scoped) queryset; returns how many."""
     now = timezone.now()
-    return runs.filter(status=RunStatus.FAILED).update(
+    rows = list(runs.filter(status=RunStatus.FAILED).values_list("id", "tenant_id"))
+    runs_changed_on_commit((tenant_id, run_id, RunStatus.SCHEDULED) for run_id, tenant_id in rows)
+    return JobRun.objects.filter(id__in=[run_id for run_id, _ in rows], status=RunStatus.FAILED).update(
         status=RunStatus.SCHEDULED,
         status_reason="Replayed.",
         available_at=now,
@@ -220,9 +230,13 @@ def job_update(*, job: JobDefinition, enabled: bool | None = None, **fields) -> 
         job.next_fire_at = initial_next_fire_at(job, now)
         if job.status == JobStatus.COMPLETED and job.next_fire_at is not None:
             job.status = JobStatus.ACTIVE
-        JobRun.objects.filter(
+        stale = JobRun.objects.filter(
             definition=job, trigger=Trigger.SCHEDULE, status__in=(RunStatus.SCHEDULED, RunStatus.QUEUED)
-        ).update(status=RunStatus.CANCELLED, status_reason="The job's schedule changed.", finished_at=now)
+        )
+        runs_changed_on_commit(
+            (job.tenant_id, run_id, RunStatus.CANCELLED) for run_id in stale.values_list("id", flat=True)
+        )
+        stale.update(status=RunStatus.CANCELLED, status_reason="The job's schedule changed.", finished_at=now)
     job.save()
     if enabled is False and job.status == JobStatus.ACTIVE:
         job = job_pause(job=job)

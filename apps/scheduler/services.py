@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.events import runs_changed
 from apps.delivery.enqueue import publish_runs
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
 from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan
@@ -109,12 +110,14 @@ def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> 
         chosen = fair_selection(valid, now=now, batch_size=batch_size)
         if not chosen:
             return 0
-        rows = list(
+        released = list(
             JobRun.objects.select_for_update(skip_locked=True)
             .filter(id__in=[run_id for run_id, _ in chosen], status__in=RELEASABLE)
-            .values_list("id", "priority")
+            .values_list("id", "priority", "tenant_id")
         )
+        rows = [(run_id, priority) for run_id, priority, _ in released]
         JobRun.objects.filter(id__in=[run_id for run_id, _ in rows]).update(status=RunStatus.QUEUED, queued_at=now)
+    runs_changed((tenant_id, run_id, RunStatus.QUEUED) for run_id, _, tenant_id in released)
     publish_or_put_back(rows)
     return len(rows)
 

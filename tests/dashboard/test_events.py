@@ -1,0 +1,85 @@
+"""apps/core/events.py: run events published per tenant over Redis, best effort."""
+
+import json
+import time
+
+import pytest
+import redis
+from django.conf import settings
+
+from apps.core import events
+
+pytestmark = pytest.mark.usefixtures("redis_reachable")
+
+
+def subscriber(*tenant_ids):
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(*[events.channel_for(t) for t in tenant_ids])
+    return pubsub
+
+
+def messages(pubsub, timeout=1.0):
+    """Everything that arrives within `timeout` seconds (subscribe confirmations are skipped)."""
+    got, deadline = [], time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        message = pubsub.get_message(timeout=left)
+        if message is not None:
+            got.append((message["channel"].decode(), json.loads(message["data"])))
+    return got
+
+
+def test_changes_go_to_their_tenants_channel_only():
+    pubsub = subscriber("tenant-a", "tenant-b")
+    events.runs_changed([("tenant-a", "run-1", "queued"), ("tenant-a", "run-2"), ("tenant-b", "run-3", "failed")])
+    got = dict(messages(pubsub))
+    assert got[events.channel_for("tenant-a")] == {"runs": [["run-1", "queued"], ["run-2", None]]}
+    assert got[events.channel_for("tenant-b")] == {"runs": [["run-3", "failed"]]}
+
+
+def test_big_changes_are_split_into_several_messages():
+    pubsub = subscriber("tenant-big")
+    events.runs_changed([("tenant-big", f"run-{i}") for i in range(events.MAX_RUNS_PER_MESSAGE + 10)])
+    got = messages(pubsub)
+    assert [len(body["runs"]) for _, body in got] == [events.MAX_RUNS_PER_MESSAGE, 10]
+
+
+def test_decode_is_lenient():
+    assert events.decode(events.encode([("r", "queued")])) == [("r", "queued")]
+    assert events.decode(b"not json") == []
+    assert events.decode(b'{"runs": [[]]}') == []
+
+
+def test_an_unreachable_redis_never_breaks_the_writer(settings, monkeypatch):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    monkeypatch.setattr(events, "_client", None)
+    events.runs_changed([("t", "r")])  # logs a warning, raises nothing
+
+
+def test_without_redis_it_is_a_no_op(settings, monkeypatch):
+    settings.REDIS_URL = ""
+    monkeypatch.setattr(events, "_redis", lambda: pytest.fail("no Redis in embedded mode"))
+    events.runs_changed([("t", "r")])
+
+
+def test_a_forked_process_makes_its_own_client(monkeypatch):
+    first = events._redis()
+    monkeypatch.setattr(events, "_client_pid", -1)  # as if this process were a fork of another
+    assert events._redis() is not first
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_publishes_only_after_the_commit():
+    from django.db import transaction
+
+    pubsub = subscriber("tenant-tx")
+    with transaction.atomic():
+        events.runs_changed_on_commit([("tenant-tx", "run-1")])
+        assert messages(pubsub, timeout=0.3) == []
+    assert len(messages(pubsub)) == 1
+    try:
+        with transaction.atomic():
+            events.runs_changed_on_commit([("tenant-tx", "run-2")])
+            raise RuntimeError
+    except RuntimeError:
+        pass
+    assert messages(pubsub, timeout=0.3) == []
