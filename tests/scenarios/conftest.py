@@ -11,9 +11,12 @@ FAST = {
 }
 
 
-@pytest.fixture(scope="module")
-def chime(django_db_setup, django_db_blocker):
-    """A scheduler and a worker (queues high and default) shared by a module's tests."""
+@pytest.fixture
+def chime(transactional_db):
+    """A scheduler and a worker (queues high and default) for one test.
+
+    Per test, and stopped before the database is flushed (this fixture is torn down first): a
+    flush (TRUNCATE of every table) racing a live scheduler's transactions can deadlock."""
     import redis
     from django.conf import settings
 
