@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from apps.api.serializers.jobs import RESERVED_HEADERS as API_RESERVED_HEADERS
 from apps.api.serializers.jobs import JobInputSerializer
-from apps.dashboard.forms.jobs import RESERVED_HEADERS, JobForm
+from apps.dashboard.forms.jobs import JobForm
 
 pytestmark = pytest.mark.django_db
 
@@ -58,10 +57,6 @@ def api_payload(form: dict) -> dict:
         "concurrency_policy": form["concurrency_policy"],
         "failure_threshold": int(form["failure_threshold"]),
     }  # fmt: skip
-
-
-def test_the_reserved_headers_are_the_apis():
-    assert set(API_RESERVED_HEADERS) == set(RESERVED_HEADERS)
 
 
 def test_a_valid_job_gives_the_same_model_fields():

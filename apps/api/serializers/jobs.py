@@ -5,7 +5,6 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url
 from apps.jobs.models import (
     ConcurrencyPolicy,
     DstGap,
@@ -16,26 +15,10 @@ from apps.jobs.models import (
     ScheduleType,
 )
 from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, ScheduleError
+from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_headers, check_target_url
 
 from ..fields import StrictCharField, StrictSerializer, UTCDateTimeField
 from .runs import RunSerializer
-
-HTTP_METHODS = ["POST", "PUT", "PATCH", "DELETE", "GET"]
-# Set by Chime on every delivery; a job may not override them.
-RESERVED_HEADERS = {
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "idempotency-key",
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "chime-attempt",
-    "chime-scheduled-for",
-    "chime-job-id",
-    "chime-run-id",
-}
 
 
 class ScheduleSerializer(StrictSerializer):
@@ -70,22 +53,16 @@ class TargetSerializer(StrictSerializer):
 
     def validate_url(self, value):
         try:
-            check_url(value, allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-        except (InvalidTarget, UnsafeTarget) as error:
+            check_target_url(value)
+        except TargetError as error:
             raise serializers.ValidationError(str(error)) from error
         return value
 
     def validate_headers(self, value):
-        if len(value) > 50:
-            raise serializers.ValidationError("At most 50 headers.")
-        for name in value:
-            if not name or not all(33 <= ord(c) < 127 and c not in '()<>@,;:\\"/[]?={}' for c in name):
-                raise serializers.ValidationError(f"'{name}' is not a valid header name.")
-            if name.lower() in RESERVED_HEADERS:
-                raise serializers.ValidationError(f"'{name}' is set by Chime and cannot be overridden.")
-        for name, header_value in value.items():
-            if "\r" in header_value or "\n" in header_value:
-                raise serializers.ValidationError(f"The value of '{name}' contains a line break.")
+        try:
+            check_target_headers(value)
+        except TargetError as error:
+            raise serializers.ValidationError(str(error)) from error
         return value
 
 

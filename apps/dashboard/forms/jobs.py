@@ -10,30 +10,10 @@ from datetime import datetime
 from django import forms
 from django.conf import settings
 
-from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url
 from apps.jobs.models import ConcurrencyPolicy, DstGap, DstOverlap, JobDefinition, MisfirePolicy, Priority, ScheduleType
 from apps.jobs.schedules import CronSchedule, DstPolicy, ScheduleError, parse_timezone
+from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_headers, check_target_url
 
-HTTP_METHODS = ["POST", "PUT", "PATCH", "DELETE", "GET"]
-# Set by Chime on every delivery; a job may not override them (same list as the API).
-RESERVED_HEADERS = frozenset(
-    {
-        "webhook-id",
-        "webhook-timestamp",
-        "webhook-signature",
-        "idempotency-key",
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "chime-attempt",
-        "chime-scheduled-for",
-        "chime-job-id",
-        "chime-run-id",
-    }
-)
-MAX_HEADERS = 50
-HEADER_NAME_FORBIDDEN = set('()<>@,;:\\"/[]?={}')
 RUN_AT_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S")
 
 
@@ -131,8 +111,8 @@ class JobForm(forms.Form):
     def clean_target_url(self):
         url = self.cleaned_data["target_url"].strip()
         try:
-            check_url(url, allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-        except (InvalidTarget, UnsafeTarget) as error:
+            check_target_url(url)
+        except TargetError as error:
             raise forms.ValidationError(str(error)) from error
         return url
 
@@ -145,15 +125,11 @@ class JobForm(forms.Form):
             name = name.strip()
             if not colon:
                 raise forms.ValidationError(f"Line {number}: write 'Name: value'.")
-            if not name or not all(33 <= ord(c) < 127 and c not in HEADER_NAME_FORBIDDEN for c in name):
-                raise forms.ValidationError(f"'{name}' is not a valid header name.")
-            if name.lower() in RESERVED_HEADERS:
-                raise forms.ValidationError(f"'{name}' is set by Chime and cannot be overridden.")
-            if len(value.strip()) > 4096:
-                raise forms.ValidationError(f"The value of '{name}' is longer than 4096 characters.")
             headers[name] = value.strip()
-        if len(headers) > MAX_HEADERS:
-            raise forms.ValidationError(f"At most {MAX_HEADERS} headers.")
+        try:
+            check_target_headers(headers)
+        except TargetError as error:
+            raise forms.ValidationError(str(error)) from error
         return headers
 
     def clean_target_body(self):
