@@ -148,3 +148,29 @@ def test_once_jobs_deliver_their_own_body_exactly(tenant, receiver):
     assert delivery.body == '{"ü":[1,2.5,null]}'.encode()
     assert delivery.headers["x-team"] == "a"
     assert delivery.signature_ok
+
+
+def test_after_a_rotation_deliveries_carry_both_signatures(job, receiver, tenant):
+    from standardwebhooks import Webhook
+
+    from apps.tenants.selectors import signing_secret_current
+    from apps.tenants.services import signing_secret_rotate
+
+    old = signing_secret_current(tenant=tenant).secret
+    new = signing_secret_rotate(tenant=tenant).secret
+    deliver_runs([str(queued_run(job).id)])
+    (delivery,) = receiver.received()
+    assert len(delivery.headers["webhook-signature"].split(" ")) == 2
+    for secret in (old, new):  # a receiver on either secret accepts it
+        Webhook(secret).verify(delivery.body, delivery.headers)
+
+
+def test_an_expired_old_secret_no_longer_signs(job, receiver, tenant):
+    from apps.tenants.models import SigningSecret
+    from apps.tenants.services import signing_secret_rotate
+
+    signing_secret_rotate(tenant=tenant)
+    SigningSecret.objects.filter(tenant=tenant, expires_at__isnull=False).update(expires_at=timezone.now())
+    deliver_runs([str(queued_run(job).id)])
+    (delivery,) = receiver.received()
+    assert len(delivery.headers["webhook-signature"].split(" ")) == 1

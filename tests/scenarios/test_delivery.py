@@ -104,6 +104,14 @@ def test_a_slow_endpoint_times_out_and_is_retried(chime, api, receiver):
     assert 900 <= first.duration_ms < 2900
 
 
+def test_a_delivery_longer_than_the_lease_keeps_its_lease(chime, api, receiver):
+    """The worker renews the lease (3 s here) while a 6 s request is in flight: no worker_lost."""
+    receiver.respond = replies(Reply(delay_seconds=6))
+    run = wait_for_status(only_run(create_job(api, receiver, timeout_seconds=20)).id, RunStatus.SUCCEEDED)
+    assert [(a.number, a.status_code, a.error_kind) for a in run.attempts.all()] == [(1, 200, "")]
+    assert len(receiver.received()) == 1
+
+
 def test_a_run_cancelled_before_its_time_is_never_sent(chime, api, receiver):
     run_at = datetime.now(UTC) + timedelta(seconds=6)
     job = create_job(api, receiver, schedule={"type": "once", "run_at": run_at.isoformat()})
