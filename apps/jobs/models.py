@@ -209,7 +209,7 @@ class JobRun(UUIDModel):
             ),
             # Fair release: a skip scan over tenants with releasable runs, then each tenant's first.
             models.Index(
-                fields=["tenant", "available_at"],
+                fields=["tenant", "priority", "available_at"],
                 name="jobrun_tenant_releasable_idx",
                 condition=Q(status__in=["scheduled", "retrying"]),
             ),

@@ -4,8 +4,8 @@ Two rules (docs/operations.md#fairness-between-tenants):
 
 1. Backpressure per priority tier: a tier's queue holds at most CHIME_MAX_QUEUED_RUNS runs in
    `queued`; the rest of a burst waits in PostgreSQL. Counting is cheap because it is bounded.
-2. Round-robin across tenants: a release batch takes an equal share from every tenant with due
-   runs (its high-priority ones first), then the first run of every tenant, the second, ...
+2. Round-robin across tenants: tier by tier (high first), a release batch takes an equal share
+   from every tenant with due runs, then the first run of every tenant, the second, ...
 
 So a tenant's 100 runs due at the same minute as another tenant's 50,000 go out in the first
 batch, and then wait behind at most CHIME_MAX_QUEUED_RUNS runs in the queue.
@@ -21,7 +21,6 @@ from django.db import connection
 from apps.jobs.models import JobRun, Priority, RunStatus
 
 RELEASABLE = (RunStatus.SCHEDULED, RunStatus.RETRYING)
-PRIORITY_ORDER = {Priority.HIGH: 0, Priority.DEFAULT: 1, Priority.LOW: 2}
 
 
 def queue_budgets() -> dict[str, int]:
@@ -35,21 +34,19 @@ def queue_budgets() -> dict[str, int]:
 
 
 def fair_selection(partitions: list[int], *, now: datetime, batch_size: int) -> list[tuple]:
-    """(id, priority) of up to `batch_size` runs to release, fair across tenants and tiers."""
+    """(id, priority) of up to `batch_size` runs to release: tier by tier (high first), each
+    within its queue budget, round-robin across tenants inside a tier."""
     budgets = queue_budgets()
-    if not any(budget > 0 for budget in budgets.values()):
-        return []
-    if connection.vendor == "postgresql":
-        candidates = _candidates_postgresql(partitions, now=now, batch_size=batch_size)
-    else:
-        candidates = _candidates_portable(partitions, now=now, batch_size=batch_size)
-    chosen, taken = [], Counter()
-    for run_id, priority, _tenant, _rank in candidates:
-        if taken[priority] < budgets[priority]:
-            chosen.append((run_id, priority))
-            taken[priority] += 1
-            if len(chosen) == batch_size:
-                break
+    chosen: list[tuple] = []
+    for priority in Priority.values:  # high, default, low
+        room = min(budgets[priority], batch_size - len(chosen))
+        if room <= 0:
+            continue
+        if connection.vendor == "postgresql":
+            candidates = _candidates_postgresql(partitions, priority=priority, now=now, batch_size=room)
+        else:
+            candidates = _candidates_portable(partitions, priority=priority, now=now, batch_size=room)
+        chosen.extend((run_id, priority) for run_id, _tenant, _rank in candidates[:room])
     return chosen
 
 
@@ -67,24 +64,23 @@ WITH RECURSIVE tenants(tenant_id) AS (
 SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL
 """
 
-# Each tenant's first due runs (high priority first), ranked within the tenant.
+# Each tenant's oldest due runs of one tier, ranked within the tenant: an index range scan of
+# jobrun_tenant_releasable_idx (tenant, priority, available_at) per tenant, however deep the backlog.
 CANDIDATES_SQL = """
-SELECT x.id, x.priority, x.tenant_id, x.rank + %(skip)s
+SELECT x.id, x.tenant_id, x.rank + %(skip)s
   FROM unnest(%(tenants)s::uuid[]) AS t(tenant_id)
   CROSS JOIN LATERAL (
-      SELECT r.id, r.priority, r.tenant_id,
-             row_number() OVER (ORDER BY r.priority = 'high' DESC, r.available_at) AS rank
+      SELECT r.id, r.tenant_id, row_number() OVER (ORDER BY r.available_at) AS rank
         FROM jobs_jobrun r
-       WHERE r.tenant_id = t.tenant_id AND r.status IN ('scheduled', 'retrying')
+       WHERE r.tenant_id = t.tenant_id AND r.priority = %(priority)s AND r.status IN ('scheduled', 'retrying')
          AND r.available_at <= %(now)s AND r.partition = ANY(%(partitions)s)
-       ORDER BY r.priority = 'high' DESC, r.available_at
+       ORDER BY r.available_at
        OFFSET %(skip)s LIMIT %(per_tenant)s
   ) AS x
- ORDER BY x.rank, x.priority = 'high' DESC, x.tenant_id
 """
 
 
-def _candidates_postgresql(partitions: list[int], *, now: datetime, batch_size: int) -> list[tuple]:
+def _candidates_postgresql(partitions: list[int], *, priority: str, now: datetime, batch_size: int) -> list[tuple]:
     """An equal share from every tenant; if some have fewer due runs than their share, one more
     round takes the rest of the batch from the tenants that filled theirs."""
     with connection.cursor() as cursor:
@@ -93,32 +89,31 @@ def _candidates_postgresql(partitions: list[int], *, now: datetime, batch_size: 
         if not tenants:
             return []
         share = max(math.ceil(batch_size / len(tenants)), 1)
-        params = {"now": now, "partitions": partitions}
+        params = {"now": now, "partitions": partitions, "priority": priority}
         cursor.execute(CANDIDATES_SQL, {**params, "tenants": tenants, "per_tenant": share, "skip": 0})
         candidates = cursor.fetchall()
-        per_tenant = Counter(row[2] for row in candidates)
+        per_tenant = Counter(row[1] for row in candidates)
         full = [tenant for tenant, n in per_tenant.items() if n == share]
         missing = batch_size - len(candidates)
         if missing > 0 and full:
             more = math.ceil(missing / len(full))
             cursor.execute(CANDIDATES_SQL, {**params, "tenants": full, "per_tenant": more, "skip": share})
             candidates += cursor.fetchall()
-        candidates.sort(key=lambda row: (row[3], row[1] != Priority.HIGH))
+        candidates.sort(key=lambda row: (row[2], str(row[1])))  # 1st of every tenant, then 2nd, ...
         return candidates
 
 
-def _candidates_portable(partitions: list[int], *, now: datetime, batch_size: int) -> list[tuple]:
+def _candidates_portable(partitions: list[int], *, priority: str, now: datetime, batch_size: int) -> list[tuple]:
     """Embedded mode (SQLite): the same order, computed in Python over a bounded scan."""
-    rows = list(
-        JobRun.objects.filter(status__in=RELEASABLE, available_at__lte=now, partition__in=partitions)
+    rows = (
+        JobRun.objects.filter(status__in=RELEASABLE, priority=priority, available_at__lte=now, partition__in=partitions)
         .order_by("available_at")
-        .values_list("id", "priority", "tenant_id", "available_at")[: batch_size * 10]
+        .values_list("id", "tenant_id")[: batch_size * 10]
     )
-    rows.sort(key=lambda r: (r[1] != Priority.HIGH, r[3]))
     rank: Counter = Counter()
     ranked = []
-    for run_id, priority, tenant_id, _ in rows:
+    for run_id, tenant_id in rows:
         rank[tenant_id] += 1
-        ranked.append((run_id, priority, tenant_id, rank[tenant_id]))
-    ranked.sort(key=lambda r: (r[3], r[1] != Priority.HIGH))
+        ranked.append((run_id, tenant_id, rank[tenant_id]))
+    ranked.sort(key=lambda row: row[2])
     return ranked

@@ -61,7 +61,7 @@ def test_a_full_queue_holds_back_its_own_tier_only(settings, tenant):
     assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in waiting_low + urgent}
 
 
-def test_within_a_tenant_high_priority_goes_first(tenant):
+def test_high_priority_goes_first_even_behind_an_older_low_backlog(tenant):
     low = due_runs(JobFactory(tenant=tenant, priority="low"), 5, start=NOW - timedelta(minutes=5))
     high = due_runs(JobFactory(tenant=tenant, priority="high"), 2)
     chosen = ids(fair_selection(ALL, now=NOW, batch_size=3))
