@@ -100,10 +100,11 @@ def queued_runs(tenant, url: str, n: int) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
-def chime_throughput(tenant, url: str, n: int, concurrency: int) -> float:
+def chime_throughput(tenant, n: int, concurrency: int) -> float:
     reset_state()
-    ids = queued_runs(tenant, url, n)
-    with processes():
+    with processes():  # its own receiver: leaving a processes() block stops every process in it
+        receiver = ReceiverProcess(f"delivery-receiver-c{concurrency}")
+        ids = queued_runs(tenant, receiver.url, n)
         start_worker(f"delivery-worker-c{concurrency}", concurrency=concurrency)
         from apps.delivery.enqueue import publish_runs
 
@@ -203,9 +204,8 @@ def main() -> None:
         receiver = ReceiverProcess("delivery-receiver")
         raw = sorted(raw_ceiling(receiver.url, n) for _ in range(3))[1]
         transport = sorted(transport_ceiling(receiver.url, n) for _ in range(3))[1]
-        receiver_url = receiver.url
-        log(f"delivery: raw aiohttp {raw:,.0f}/s, transport {transport:,.0f}/s")
-        per_process = {c: chime_throughput(tenants[0], receiver_url, n, c) for c in (1, 2)}
+    log(f"delivery: raw aiohttp {raw:,.0f}/s, transport {transport:,.0f}/s")
+    per_process = {c: chime_throughput(tenants[0], n, c) for c in (1, 2)}
     log(f"delivery: chime per worker {per_process}")
     fair = fairness(tenants, big, 100)
     log(f"delivery: fairness {fair}")
