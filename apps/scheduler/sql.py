@@ -1,8 +1,8 @@
 """Set-based writes for the scheduler's hot path.
 
 PostgreSQL gets one statement per batch (`unnest` arrays); other databases (SQLite in embedded
-mode) get the portable ORM equivalent, which is correct but slower. (Inserting runs needs no
-special path: Django's bulk_create already sends one multi-row INSERT ... ON CONFLICT DO NOTHING.)
+mode) get the portable ORM equivalent, which is correct but slower. Runs are inserted the same
+way by apps.jobs.planning.insert_run_rows.
 """
 
 from collections import defaultdict
