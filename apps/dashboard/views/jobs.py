@@ -130,26 +130,24 @@ def _after_action(request, job_id, *, done: str = "", error: str = ""):
     return redirect_back(request, "dashboard:job_detail", job_id=job_id)
 
 
+def _state_change(request, job_id, service, done: str):
+    try:
+        service(job=job_or_404(request, job_id))
+    except services.JobActionError as error:
+        return _after_action(request, job_id, error=str(error))
+    return _after_action(request, job_id, done=done)
+
+
 @member_required
 @require_POST
 def job_pause(request, job_id):
-    job = job_or_404(request, job_id)
-    try:
-        services.job_pause(job=job)
-    except services.JobActionError as error:
-        return _after_action(request, job_id, error=str(error))
-    return _after_action(request, job_id, done="Paused.")
+    return _state_change(request, job_id, services.job_pause, "Paused.")
 
 
 @member_required
 @require_POST
 def job_resume(request, job_id):
-    job = job_or_404(request, job_id)
-    try:
-        services.job_resume(job=job)
-    except services.JobActionError as error:
-        return _after_action(request, job_id, error=str(error))
-    return _after_action(request, job_id, done="Resumed.")
+    return _state_change(request, job_id, services.job_resume, "Resumed.")
 
 
 @member_required
