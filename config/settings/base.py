@@ -9,6 +9,8 @@ from pathlib import Path
 
 import environ
 
+from config.process import process_type
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -80,6 +82,11 @@ LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "dashboard:login"
 
 # --- Database -------------------------------------------------------------------------------
+PROCESS_TYPE = process_type()
+# Connections one process may hold at most (its pool's max_size). The web process serves many
+# requests concurrently (one thread each under ASGI); a worker child needs one for its task and
+# one for its lease-renewing thread; a scheduler runs one loop.
+DB_POOL_DEFAULT_MAX = {"web": 10, "worker": 4, "scheduler": 3, "release": 2, "manage": 4, "test": 10}
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'chime.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded mode: web, scheduler and worker share one file. WAL lets readers run beside the
@@ -90,8 +97,27 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # A bounded pool per process (Django 5.2 + psycopg_pool) instead of a persistent connection
+    # per thread: under ASGI every request runs in its own thread, and CONN_MAX_AGE kept one
+    # connection alive per thread (~60 per web process under 16 clients; PostgreSQL's 100 ran out).
+    # The pool's check tests a connection as it leaves the pool, so a PostgreSQL restart costs no request.
+    # docs/operations.md#database-connections gives the bound per process type.
+    DB_IDLE_IN_TRANSACTION_MS = env.int("CHIME_DB_IDLE_IN_TRANSACTION_MS", default=10000)
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django must not
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # with a pool: psycopg_pool's check_connection
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),  # e.g. ?sslmode=require in DATABASE_URL
+        "application_name": f"chime-{PROCESS_TYPE}",
+        # A process stalled inside a transaction (SIGSTOP, a frozen VM) must not hold row locks
+        # (partition leases, due runs) for longer than a lease: PostgreSQL ends its session.
+        "options": f"-c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_MS}",
+        "pool": {
+            "min_size": env.int("CHIME_DB_POOL_MIN_SIZE", default=1),
+            "max_size": env.int("CHIME_DB_POOL_MAX_SIZE", default=DB_POOL_DEFAULT_MAX[PROCESS_TYPE]),
+            "timeout": env.float("CHIME_DB_POOL_TIMEOUT_SECONDS", default=30.0),
+            "max_idle": 60,
+        },
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
