@@ -1,4 +1,8 @@
-"""Create (or reuse) a demo tenant with an owner user, and print a fresh API key. For `./chime run`."""
+"""Create (or reuse) a demo tenant with an owner user, and print a fresh API key. For `./chime run`.
+
+The key replaces the one the previous start printed (apps/tenants/bootstrap.py), so starting
+Chime again and again leaves one demo key, not one per start.
+"""
 
 import secrets
 
@@ -6,13 +10,14 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from apps.tenants.bootstrap import demo_api_key_replace
 from apps.tenants.models import Membership, Role
 from apps.tenants.selectors import tenant_by_slug
-from apps.tenants.services import api_key_create, tenant_create
+from apps.tenants.services import tenant_create
 
 
 class Command(BaseCommand):
-    help = "Create the demo tenant, user and a new API key, and print how to use them."
+    help = "Create the demo tenant and user, replace the demo API key, and print how to use them."
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -28,7 +33,7 @@ class Command(BaseCommand):
             user = User.objects.create_user(username="demo", email="demo@example.com", password=password)
             password_line = f"password: {password}"
         Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": Role.OWNER})
-        key = api_key_create(tenant=tenant, name="demo").raw_key
+        key = demo_api_key_replace(tenant=tenant).raw_key
         self.stdout.write(
             "\n".join(
                 [
@@ -39,7 +44,7 @@ class Command(BaseCommand):
                     f"  tenant:   {tenant.slug}",
                     f"  user:     {user.username}",
                     f"  {password_line}",
-                    f"  API key:  {key}   (shown once; a new one is made on every start)",
+                    f"  API key:  {key}   (shown once; every start replaces it with a new one)",
                     "",
                     "Try it:",
                     f"  curl -s -H 'Authorization: Bearer {key}' {url}/api/v1/jobs",
