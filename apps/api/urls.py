@@ -19,9 +19,10 @@ urlpatterns = [
     path("signing-secret", signing_secret, name="signing-secret"),
     path("signing-secret/rotate", signing_secret_rotation, name="signing-secret-rotate"),
     path("schedules/preview", schedule_preview, name="schedule-preview"),
-    path("schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
+    # No trailing slash anywhere under /api/v1 (one rule); with one, not_found names the right path.
+    path("schema", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path(
-        "docs/",
+        "docs",
         SpectacularSwaggerView.as_view(url_name="api:schema", authentication_classes=[], permission_classes=[]),
         name="docs",
     ),

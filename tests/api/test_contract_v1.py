@@ -216,8 +216,8 @@ def test_malformed_json_is_a_400(api):
 
 
 def test_schema_and_docs_are_served(client):
-    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    schema = client.get("/api/v1/schema", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert "/api/v1/jobs" in paths and "/api/v1/runs/{id}/replay" in paths
-    assert client.get("/api/v1/docs/").status_code == 200
+    assert client.get("/api/v1/docs").status_code == 200

@@ -14,7 +14,7 @@ from schemathesis.checks import positive_data_acceptance
 from apps.tenants.services import api_key_create, tenant_create
 from config.wsgi import application
 
-schema = schemathesis.openapi.from_wsgi("/api/v1/schema/", application)
+schema = schemathesis.openapi.from_wsgi("/api/v1/schema", application)
 
 
 @pytest.fixture(autouse=True)

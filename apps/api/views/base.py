@@ -2,6 +2,7 @@
 
 import uuid
 
+from django.urls import Resolver404, resolve
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, viewsets
 from rest_framework.decorators import api_view, authentication_classes, permission_classes, throttle_classes
@@ -31,7 +32,21 @@ class TenantViewSet(viewsets.GenericViewSet):
 @permission_classes([])
 @throttle_classes([])
 def not_found(request, *args, **kwargs):
+    """Any path under /api/v1 that no route takes. API paths never end with a slash; a client that
+    adds one is told the path it meant instead of a bare 404 (not redirected: a redirected POST
+    loses its body in many clients, and one rule for every method is easier to learn)."""
+    meant = request.path.rstrip("/")
+    if meant != request.path and _is_api_route(meant):
+        raise exceptions.NotFound(f"No such API endpoint: API paths have no trailing slash, use {meant}")
     raise exceptions.NotFound("No such API endpoint.")
+
+
+def _is_api_route(path: str) -> bool:
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return False
+    return match.namespace == "api" and match.url_name != "not-found"
 
 
 def reject_unknown_params(request, allowed: set[str]) -> None:
