@@ -153,10 +153,15 @@ REDIS_URL = env.str("REDIS_URL", default="")
 
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
+    # Every consumer waits for messages with channels_redis' blocking BZPOPMIN, which Redis answers
+    # after 5 s when nothing came. redis-py 8 made socket_timeout default to 5 s too, so the client
+    # gave up just before that answer: a TimeoutError in every idle consumer every ~5 s
+    # (django/channels_redis#422). The layer's own timeouts stop depending on redis-py's defaults:
+    # reads may take well over the 5 s pop, yet a dead connection still fails within 15 s.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 5}]},
         }
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
@@ -254,3 +259,10 @@ CHIME_MISFIRE_GRACE_SECONDS = env.int("CHIME_MISFIRE_GRACE_SECONDS", default=60)
 CHIME_MISFIRE_LOOKBACK_SECONDS = env.int("CHIME_MISFIRE_LOOKBACK_SECONDS", default=24 * 3600)
 # How often each scheduler runs the recovery sweeps (stale queued runs, expired leases).
 CHIME_SWEEP_INTERVAL_SECONDS = env.float("CHIME_SWEEP_INTERVAL_SECONDS", default=5.0)
+# Worker shutdown (apps/delivery/draining.py): on SIGTERM, requests in flight get this long to
+# finish before they are cancelled and their runs handed back; keep it under the platform's kill
+# timeout (30 s on most PaaS) minus the time to record outcomes.
+CHIME_WORKER_SHUTDOWN_GRACE_SECONDS = env.float("CHIME_WORKER_SHUTDOWN_GRACE_SECONDS", default=20.0)
+# A worker rides out a database outage this long while it holds claimed runs or unrecorded
+# outcomes (apps/core/dbretry.py); past it, the runs' leases expire and the sweep takes over.
+CHIME_WORKER_DB_RETRY_SECONDS = env.float("CHIME_WORKER_DB_RETRY_SECONDS", default=120.0)
