@@ -23,3 +23,27 @@ def _forget_inherited_db_pool(**kwargs):
         pools = getattr(type(conn), "_connection_pools", None)
         if pools:
             pools.pop(conn.alias, None)
+
+
+@signals.worker_process_init.connect
+def _drain_on_sigterm(**kwargs):
+    """Celery resets SIGTERM to "die now" in prefork children; a child killed mid-request leaves
+    its runs to a lease expiry. Drain instead (apps/delivery/draining.py)."""
+    from apps.delivery.draining import install_sigterm_handler
+
+    install_sigterm_handler()
+
+
+@signals.worker_shutting_down.connect
+def _tell_children_to_drain(**kwargs):
+    """A SIGTERM sent to the worker's main process alone (not to its process group, as a PaaS
+    does) starts a warm shutdown that waits for the children's tasks: make them drain too."""
+    import contextlib
+    import os
+    import signal
+
+    from billiard.process import active_children
+
+    for child in active_children():
+        with contextlib.suppress(ProcessLookupError, TypeError):
+            os.kill(child.pid, signal.SIGTERM)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from apps.core.events import runs_changed, runs_changed_on_commit
@@ -31,10 +31,14 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
     with transaction.atomic():
         runs = list(
             JobRun.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(id__in=run_ids, status=RunStatus.QUEUED)
+            # Runs already `running` under this very owner were claimed by a try of this call
+            # whose COMMIT failed after it happened (apps/core/dbretry.py): they are ours.
+            .filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_owner=owner), id__in=run_ids)
             .select_related("definition")
             .order_by("scheduled_for")
         )
+        already = [run for run in runs if run.status == RunStatus.RUNNING]
+        runs = [run for run in runs if run.status == RunStatus.QUEUED]
         guarded_jobs = sorted({r.definition_id for r in runs if r.definition.concurrency_policy != "allow"})
         if guarded_jobs:
             list(JobDefinition.objects.select_for_update().filter(id__in=guarded_jobs).order_by("id").values("id"))
@@ -57,7 +61,7 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
         run.lease_owner = owner
     # Claimed runs are running now; the others were skipped by concurrency_policy 'forbid'.
     runs_changed((run.tenant_id, run.id) for run in runs)
-    return claimed
+    return already + claimed
 
 
 def _apply_concurrency_policy(run: JobRun, policy: str, *, now: datetime) -> bool:
@@ -104,12 +108,17 @@ class LeaseRenewer:
         self._thread.join()
 
     def _loop(self):
+        # A failed renewal (the database restarting) must not end renewing: the next one, once
+        # the database answers, keeps the leases before the sweep may judge them expired (the
+        # sweep gives a restarted database a renewal period first: recover_expired_leases).
         try:
             while not self._stop.wait(settings.CHIME_RUN_LEASE_RENEW_SECONDS):
-                JobRun.objects.filter(id__in=self.run_ids, status=RunStatus.RUNNING, lease_owner=self.owner).update(
-                    lease_expires_at=lease_expiry()
-                )
-        except Exception:
-            logger.exception("renewing run leases failed")
+                try:
+                    JobRun.objects.filter(
+                        id__in=self.run_ids, status=RunStatus.RUNNING, lease_owner=self.owner
+                    ).update(lease_expires_at=lease_expiry())
+                except Exception as exc:
+                    logger.warning("renewing %d run leases failed (%s); trying again", len(self.run_ids), exc)
+                    connection.close()
         finally:
             connection.close()  # this thread's own connection

@@ -16,7 +16,7 @@ from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
 from apps.tenants.models import Membership, Role
 
-from .transport import WebhookRequest, WebhookResponse
+from .transport import ERROR_INTERRUPTED, WebhookRequest, WebhookResponse
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ class Verdict:
 
 
 def classify(response: WebhookResponse) -> Verdict:
+    if response.error_kind == ERROR_INTERRUPTED:
+        # Cancelled in flight by a worker shutting down: a lost worker, announced.
+        return Verdict(False, True, ErrorKind.WORKER_LOST, response.error or "interrupted")
     if response.error_kind:
         retryable = response.error_kind in (ErrorKind.NETWORK, ErrorKind.TIMEOUT)
         return Verdict(False, retryable, response.error_kind, response.error or response.error_kind)
@@ -170,9 +173,11 @@ def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> di
             )
             counts[RunStatus.FAILED] += len(ids)
         for run, verdict, response in retrying:
+            # A request cut off by a worker's shutdown goes out again at once, not after a backoff.
+            interrupted = verdict.error_kind == ErrorKind.WORKER_LOST
             JobRun.objects.filter(id=run.id).update(
                 status=RunStatus.RETRYING,
-                available_at=now + backoff_delay(run, response.retry_after_seconds),
+                available_at=now if interrupted else now + backoff_delay(run, response.retry_after_seconds),
                 status_reason=f"Attempt {run.attempt_count} failed: {verdict.error}; retrying."[:500],
                 **release,
             )

@@ -48,6 +48,7 @@ from .safety import (
 )
 
 __all__ = [
+    "ERROR_INTERRUPTED",
     "ERROR_INVALID_TARGET",
     "ERROR_NETWORK",
     "ERROR_REFUSED",
@@ -66,6 +67,8 @@ ERROR_NETWORK = "network"
 ERROR_TIMEOUT = "timeout"
 ERROR_REFUSED = "refused"
 ERROR_INVALID_TARGET = "invalid_target"
+#: The request was cancelled in flight because the worker is shutting down.
+ERROR_INTERRUPTED = "interrupted"
 
 #: Bytes of response body kept in ``WebhookResponse.body_excerpt``.
 EXCERPT_BYTES = 4096
@@ -76,6 +79,8 @@ DRAIN_LIMIT_BYTES = 64 * 1024
 #: Extra time on top of ``timeout_seconds`` before our own watchdog fires
 #: (aiohttp's ClientTimeout(total=...) normally fires first).
 _WATCHDOG_SLACK_SECONDS = 2.0
+#: How often send_many polls its ``abandon`` callable.
+_ABANDON_POLL_SECONDS = 0.25
 #: Seconds an idle keep-alive connection is kept in the pool.
 KEEPALIVE_SECONDS = 30.0
 #: Seconds a (checked) DNS answer is cached by the connector.
@@ -318,6 +323,7 @@ class Transport:
         requests: list[WebhookRequest],
         *,
         on_progress: Callable[[WebhookResponse], None] | None = None,
+        abandon: Callable[[], bool] | None = None,
     ) -> list[WebhookResponse]:
         """Send all requests concurrently; block until all are done.
 
@@ -326,6 +332,9 @@ class Transport:
         ``on_progress(response)`` is called in the calling thread as each
         request finishes (in completion order); an exception it raises
         propagates (requests still in flight keep running to completion).
+        ``abandon()``, polled while requests are out, returning True cancels
+        the ones still in flight: they come back with ``ERROR_INTERRUPTED``
+        (a worker shutting down hands them back instead of being killed).
         Must not be called from the transport's own loop thread.
         """
         if not requests:
@@ -339,20 +348,36 @@ class Transport:
         # connection slot; this is a last-resort bound for the whole batch.
         waves = math.ceil(len(requests) / self.max_connections)
         slowest = max(r.timeout_seconds for r in requests)
-        deadline = waves * (slowest + _WATCHDOG_SLACK_SECONDS) + 30
-        try:
-            for future in concurrent.futures.as_completed(futures, timeout=deadline):
+        deadline = time.monotonic() + waves * (slowest + _WATCHDOG_SLACK_SECONDS) + 30
+        pending = set(futures)
+        while pending:
+            if abandon is not None and abandon():
+                why = "interrupted: the worker shut down"
+                self._give_up(pending, futures, requests, results, why, ERROR_INTERRUPTED)
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.error("webhook batch exceeded its deadline; abandoning %d requests", len(pending))
+                self._give_up(pending, futures, requests, results, "gave up waiting for the batch", ERROR_TIMEOUT)
+                break
+            done, pending = concurrent.futures.wait(
+                pending,
+                timeout=min(left, _ABANDON_POLL_SECONDS) if abandon is not None else left,
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
+            for future in done:
                 response = future.result()
                 results[futures[future]] = response
                 if on_progress is not None:
                     on_progress(response)
-        except concurrent.futures.TimeoutError:
-            logger.error("webhook batch exceeded %.0fs; abandoning", deadline)
-            for future, index in futures.items():
-                if results[index] is None:
-                    future.cancel()
-                    results[index] = _failed(requests[index], f"gave up waiting after {deadline:.0f}s", ERROR_TIMEOUT)
         return [r for r in results if r is not None]
+
+    @staticmethod
+    def _give_up(pending, futures, requests, results, error: str, kind: str) -> None:
+        for future in pending:
+            index = futures[future]
+            future.cancel()
+            results[index] = _failed(requests[index], error, kind)
 
     def _runner_thread(self) -> threading.Thread | None:
         runner = self._runner

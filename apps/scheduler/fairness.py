@@ -3,7 +3,8 @@
 Two rules (docs/operations.md#fairness-between-tenants):
 
 1. Backpressure per priority tier: a tier's queue holds at most CHIME_MAX_QUEUED_RUNS runs in
-   `queued`; the rest of a burst waits in PostgreSQL. Counting is cheap because it is bounded.
+   `queued` (that the broker can still deliver); the rest of a burst waits in PostgreSQL.
+   Counting is cheap because it is bounded.
 2. Round-robin across tenants: tier by tier (high first), a release batch takes an equal share
    from every tenant with due runs, then the first run of every tenant, the second, ...
 
@@ -23,12 +24,22 @@ from apps.jobs.models import JobRun, Priority, RunStatus
 RELEASABLE = (RunStatus.SCHEDULED, RunStatus.RETRYING)
 
 
-def queue_budgets() -> dict[str, int]:
-    """How many more runs each priority tier's queue may take now."""
+def queue_budgets(now: datetime) -> dict[str, int]:
+    """How many more runs each priority tier's queue may take now.
+
+    Counts only runs the broker can still deliver: a run `queued` for longer than
+    CHIME_REQUEUE_AFTER is presumed lost with its message (the requeue sweep publishes it again,
+    and then it counts again), so runs stranded by a lost broker or a crashed publisher cannot
+    hold the tier's budget and starve every other tenant. (A broker that came back empty is
+    noticed sooner, by its epoch: apps/delivery/enqueue.py.)
+    """
     limit = settings.CHIME_MAX_QUEUED_RUNS
+    deliverable_since = now - settings.CHIME_REQUEUE_AFTER
     budgets = {}
     for priority in Priority.values:
-        queued = JobRun.objects.filter(status=RunStatus.QUEUED, priority=priority).values("id")[:limit]
+        queued = JobRun.objects.filter(
+            status=RunStatus.QUEUED, priority=priority, queued_at__gte=deliverable_since
+        ).values("id")[:limit]
         budgets[priority] = limit - queued.count()
     return budgets
 
@@ -36,7 +47,7 @@ def queue_budgets() -> dict[str, int]:
 def fair_selection(partitions: list[int], *, now: datetime, batch_size: int) -> list[tuple]:
     """(id, priority) of up to `batch_size` runs to release: tier by tier (high first), each
     within its queue budget, round-robin across tenants inside a tier."""
-    budgets = queue_budgets()
+    budgets = queue_budgets(now)
     chosen: list[tuple] = []
     for priority in Priority.values:  # high, default, low
         room = min(budgets[priority], batch_size - len(chosen))

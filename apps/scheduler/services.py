@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.dbretry import with_db_retry
 from apps.core.events import runs_changed
-from apps.delivery.enqueue import publish_runs
+from apps.delivery.enqueue import broker_epoch, publish_runs
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
 from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan
 
@@ -97,29 +98,69 @@ def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> 
     """Flip runs whose time has come to `queued` and publish them to their priority's queue,
     fairly across tenants and within each tier's queue budget (apps/scheduler/fairness.py).
 
-    The flip happens only for partitions whose lease rows this process still holds at its epoch;
-    those rows are locked for the transaction, so a takeover waits for it instead of racing it.
+    Fencing happens in the flip itself: a run is flipped only if, at the moment of that write
+    (`clock_timestamp()`, not the transaction's start), this process still holds its partition's
+    lease at the epoch it acquired it. No lease row is locked meanwhile, so a scheduler stalled
+    anywhere in here (SIGSTOP, a frozen VM) blocks nobody's takeover, and on resume its flip
+    finds the lease gone and releases nothing.
     """
     if not leases.held:
         return 0
     with transaction.atomic():
-        held = SchedulerLease.objects.select_for_update().filter(leases.fence())
-        valid = list(held.values_list("partition", flat=True))
-        if not valid or not _anything_due(valid, now):
+        partitions = leases.partitions
+        if not _anything_due(partitions, now):
             return 0
-        chosen = fair_selection(valid, now=now, batch_size=batch_size)
+        chosen = fair_selection(partitions, now=now, batch_size=batch_size)
         if not chosen:
             return 0
-        released = list(
-            JobRun.objects.select_for_update(skip_locked=True)
-            .filter(id__in=[run_id for run_id, _ in chosen], status__in=RELEASABLE)
-            .values_list("id", "priority", "tenant_id")
-        )
-        rows = [(run_id, priority) for run_id, priority, _ in released]
-        JobRun.objects.filter(id__in=[run_id for run_id, _ in rows]).update(status=RunStatus.QUEUED, queued_at=now)
+        released = flip_to_queued([run_id for run_id, _ in chosen], leases=leases, now=now)
     runs_changed((tenant_id, run_id, RunStatus.QUEUED) for run_id, _, tenant_id in released)
-    publish_or_put_back(rows)
-    return len(rows)
+    publish_or_put_back([(run_id, priority) for run_id, priority, _ in released])
+    return len(released)
+
+
+FLIP_SQL = """
+UPDATE jobs_jobrun AS r
+   SET status = 'queued', queued_at = %(now)s
+  FROM (SELECT id FROM jobs_jobrun
+         WHERE id = ANY(%(ids)s) AND status IN ('scheduled', 'retrying')
+         FOR UPDATE SKIP LOCKED) AS due
+ WHERE r.id = due.id
+   AND EXISTS (
+       SELECT 1 FROM scheduler_schedulerlease AS l
+         JOIN unnest(%(partitions)s::int[], %(epochs)s::bigint[]) AS h(partition, epoch)
+           ON h.partition = l.partition AND h.epoch = l.epoch
+        WHERE l.partition = r.partition AND l.owner = %(owner)s AND l.expires_at > clock_timestamp())
+RETURNING r.id, r.priority, r.tenant_id
+"""
+
+
+def flip_to_queued(run_ids: list, *, leases: LeaseKeeper, now: datetime) -> list[tuple]:
+    """`scheduled|retrying -> queued` for the runs still releasable, under the fence; returns
+    (id, priority, tenant_id) of the runs flipped. Rows another scheduler has locked are skipped."""
+    if not run_ids:
+        return []
+    if connection.vendor == "postgresql":
+        held = sorted(leases.held.items())
+        params = {
+            "now": now,
+            "ids": run_ids,
+            "partitions": [p for p, _ in held],
+            "epochs": [e for _, e in held],
+            "owner": leases.owner,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(FLIP_SQL, params)
+            return cursor.fetchall()
+    # Embedded mode (SQLite serializes writers): check the fence, then flip.
+    valid = list(SchedulerLease.objects.filter(leases.fence()).values_list("partition", flat=True))
+    released = list(
+        JobRun.objects.filter(id__in=run_ids, status__in=RELEASABLE, partition__in=valid).values_list(
+            "id", "priority", "tenant_id"
+        )
+    )
+    JobRun.objects.filter(id__in=[r[0] for r in released]).update(status=RunStatus.QUEUED, queued_at=now)
+    return released
 
 
 def _anything_due(partitions: list[int], now: datetime) -> bool:
@@ -135,11 +176,46 @@ def publish_or_put_back(rows: list[tuple]) -> None:
         try:
             publish_runs(run_ids, priority=priority)
         except Exception:
-            # Broker unreachable: hand the runs back so the next tick tries again.
-            logger.exception("publishing %d runs failed; putting them back", len(run_ids))
-            JobRun.objects.filter(id__in=run_ids, status=RunStatus.QUEUED).update(
-                status=RunStatus.SCHEDULED, queued_at=None
+            # Broker unreachable: hand the runs back so the next tick tries again. If the database
+            # fails too, the runs stay `queued` without a message: the broker-epoch check (an
+            # empty broker) or the requeue sweep publishes them again.
+            logger.warning("publishing %d runs failed; putting them back", len(run_ids), exc_info=True)
+            with_db_retry(
+                lambda ids=run_ids: JobRun.objects.filter(id__in=ids, status=RunStatus.QUEUED).update(
+                    status=RunStatus.SCHEDULED, queued_at=None
+                ),
+                what="putting back unpublished runs",
+                deadline_seconds=30,
             )
+
+
+def republish_after_broker_loss(*, partitions: list[int], now: datetime, batch_size: int) -> int:
+    """Publish again the `queued` runs of these partitions that were queued before the broker's
+    current epoch began (apps/delivery/enqueue.py): an empty broker lost their messages. Runs
+    published again get `queued_at = now`, so each is published once per lost broker."""
+    if not partitions:
+        return 0
+    epoch = broker_epoch()
+    if epoch is None:
+        return 0
+    total = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                JobRun.objects.select_for_update(skip_locked=True)
+                .filter(status=RunStatus.QUEUED, queued_at__lt=epoch, partition__in=partitions)
+                .values_list("id", "priority")[:batch_size]
+            )
+            if not rows:
+                break
+            JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(queued_at=now)
+        publish_or_put_back(rows)
+        total += len(rows)
+        if len(rows) < batch_size:
+            break
+    if total:
+        logger.warning("the broker lost its messages (empty since %s): published %d queued runs again", epoch, total)
+    return total
 
 
 def requeue_stale_runs(*, partitions: list[int], now: datetime, batch_size: int) -> int:

@@ -29,6 +29,7 @@ def due_runs(job, count, *, status=RunStatus.SCHEDULED, start=NOW - timedelta(mi
             scheduled_for=start + timedelta(seconds=i),
             available_at=start + timedelta(seconds=i),
             status=status,
+            queued_at=NOW - timedelta(seconds=5) if status == RunStatus.QUEUED else None,
         )
         for i in range(count)
     )
@@ -59,6 +60,20 @@ def test_a_full_queue_holds_back_its_own_tier_only(settings, tenant):
     assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in urgent}
     JobRun.objects.filter(status=RunStatus.QUEUED).update(status=RunStatus.SUCCEEDED)
     assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in waiting_low + urgent}
+
+
+def test_runs_stranded_in_queued_do_not_hold_the_budget(settings, tenant, other_tenant):
+    """Runs queued longer than CHIME_REQUEUE_AFTER lost their message (a broker that came back
+    empty, a publisher that crashed): they must not keep the tier full for every other tenant."""
+    settings.CHIME_MAX_QUEUED_RUNS = 10
+    stranded = due_runs(JobFactory(tenant=tenant), 10, status=RunStatus.QUEUED)
+    JobRun.objects.filter(id__in=[r.id for r in stranded]).update(
+        queued_at=NOW - settings.CHIME_REQUEUE_AFTER - timedelta(seconds=1)
+    )
+    cron = due_runs(JobFactory(tenant=other_tenant), 3)
+    assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in cron}
+    JobRun.objects.filter(id__in=[r.id for r in stranded]).update(queued_at=NOW - timedelta(seconds=1))
+    assert fair_selection(ALL, now=NOW, batch_size=100) == [], "deliverable queued runs still fill the tier"
 
 
 def test_high_priority_goes_first_even_behind_an_older_low_backlog(tenant):

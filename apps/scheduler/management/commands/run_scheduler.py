@@ -11,7 +11,12 @@ from django.utils import timezone
 
 from apps.delivery.services import recover_expired_leases
 from apps.scheduler.leases import LeaseKeeper, ensure_lease_rows
-from apps.scheduler.services import partitions_for_shard, requeue_stale_runs, scheduler_tick
+from apps.scheduler.services import (
+    partitions_for_shard,
+    republish_after_broker_loss,
+    requeue_stale_runs,
+    scheduler_tick,
+)
 
 logger = logging.getLogger("apps.scheduler")
 
@@ -87,10 +92,17 @@ class Command(BaseCommand):
 
     def _sweep(self, leases: LeaseKeeper) -> None:
         now = timezone.now()
+        lost = republish_after_broker_loss(partitions=leases.partitions, now=now, batch_size=1000)
         requeued = requeue_stale_runs(partitions=leases.partitions, now=now, batch_size=1000)
         recovered = recover_expired_leases(partitions=leases.partitions, now=now)
-        if requeued or recovered:
-            logger.info("sweep: published again %d stale queued runs, recovered %d expired leases", requeued, recovered)
+        if lost or requeued or recovered:
+            logger.info(
+                "sweep: published again %d runs lost with the broker and %d stale queued runs, "
+                "recovered %d expired leases",
+                lost,
+                requeued,
+                recovered,
+            )
 
     def _on_signal(self, signum, frame):
         self.shutdown = True
