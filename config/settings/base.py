@@ -144,8 +144,19 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"client_errors_as_warnings": {"()": "config.logfilters.ClientErrorsAsWarnings"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["client_errors_as_warnings"]}
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        # Without handlers of its own: Django's default logging gives "django" a console handler for
+        # DEBUG, which printed every django.* record a second time beside the root's.
+        "django": {"handlers": []},
+        # A 4xx is in the web server's access log already; 5xx stay ERRORs with their traceback.
+        # config/logfilters.py says why, and what happens to django.security's client errors.
+        "django.request": {"level": "ERROR"},
+    },
 }
 
 # --- Redis, broker, channel layer -----------------------------------------------------------
