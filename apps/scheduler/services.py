@@ -208,7 +208,10 @@ def republish_after_broker_loss(*, partitions: list[int], now: datetime, batch_s
             )
             if not rows:
                 break
-            JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(queued_at=now)
+            # Not before the epoch, or the next sweep would find them again (`now` may predate it).
+            JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(
+                queued_at=max(now, epoch)
+            )
         publish_or_put_back(rows)
         total += len(rows)
         if len(rows) < batch_size:
