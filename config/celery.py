@@ -4,7 +4,7 @@ import os
 
 from celery import Celery, signals
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
 app = Celery("chime")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -26,9 +26,20 @@ def _forget_inherited_db_pool(**kwargs):
 
 
 @signals.worker_process_init.connect
+def _ignore_sigterm_until_the_first_task(**kwargs):
+    """Celery's prefork children exit at once on SIGTERM, and their parent logs each one as an
+    ERROR. billiard installs that handler right after worker_process_init, unless the signal is
+    ignored: so ignore it here (an idle child has nothing to drain; the parent's warm shutdown
+    ends it cleanly) and drain from the first task on (below)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+@signals.task_prerun.connect
 def _drain_on_sigterm(**kwargs):
-    """Celery resets SIGTERM to "die now" in prefork children; a child killed mid-request leaves
-    its runs to a lease expiry. Drain instead (apps/delivery/draining.py)."""
+    """A child killed mid-request left its runs to a lease expiry; drain instead: finish or hand
+    back what is in flight (apps/delivery/draining.py). Idempotent, cheap per task."""
     from apps.delivery.draining import install_sigterm_handler
 
     install_sigterm_handler()

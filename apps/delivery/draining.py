@@ -39,7 +39,8 @@ def grace_over() -> bool:
 
 
 def install_sigterm_handler() -> None:
-    signal.signal(signal.SIGTERM, start_draining)
+    if signal.getsignal(signal.SIGTERM) is not start_draining:
+        signal.signal(signal.SIGTERM, start_draining)
 
 
 def reset() -> None:
