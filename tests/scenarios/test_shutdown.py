@@ -190,17 +190,6 @@ def test_scheduler(broker, stoppers):
     assert_clean_exit(scheduler, terminate(scheduler), said="scheduler stopped")
 
 
-WORKER_CHILDREN_DIE_OF_SIGTERM = (
-    "config/celery.py installs the drain handler (apps/delivery/draining.py) in worker_process_init, but "
-    "billiard's Worker.after_fork calls reset_signals() right after that initializer and replaces SIGTERM "
-    "with its _shutdown_cleanup (billiard/pool.py after_fork, billiard/common.py reset_signals). The SIGTERM "
-    "forwarded to the children (or sent to the process group) then kills them: 'ERROR/MainProcess Process "
-    "ForkPoolWorker-N exited with signal 15 (SIGTERM)' and 'ERROR celery.worker.request ... WorkerLostError' "
-    "with a traceback for the delivery in flight."
-)
-
-
-@pytest.mark.xfail(strict=True, reason=WORKER_CHILDREN_DIE_OF_SIGTERM)
 @pytest.mark.parametrize("group", [False, True], ids=["sigterm-main-process", "sigterm-process-group"])
 def test_worker(broker, receiver, stoppers, group):
     receiver.respond = lambda delivery: Reply(status=200, delay_seconds=3)  # in flight at the SIGTERM
