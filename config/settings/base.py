@@ -102,7 +102,11 @@ else:
     # connection alive per thread (~60 per web process under 16 clients; PostgreSQL's 100 ran out).
     # The pool's check tests a connection as it leaves the pool, so a PostgreSQL restart costs no request.
     # docs/operations.md#database-connections gives the bound per process type.
-    DB_IDLE_IN_TRANSACTION_MS = env.int("CHIME_DB_IDLE_IN_TRANSACTION_MS", default=10000)
+    # Off (0) in the test runner only: pytest-django wraps a test in one transaction, which may
+    # well sit idle while the test waits for the real processes it started.
+    DB_IDLE_IN_TRANSACTION_MS = env.int(
+        "CHIME_DB_IDLE_IN_TRANSACTION_MS", default=0 if PROCESS_TYPE == "test" else 10000
+    )
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django must not
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # with a pool: psycopg_pool's check_connection
     DATABASES["default"]["OPTIONS"] = {
