@@ -42,12 +42,24 @@
     });
   }
 
-  // A run whose attempts the user opened keeps them open through a live update, unless a new
-  // attempt was made meanwhile (then they are folded: the list the user read is out of date).
-  function keepExpandedAttempts(existing, fresh) {
+  // A run whose attempts the user opened keeps them open when its row is rendered again (a live
+  // update, a poll): the open row itself moves into the new one, unfolded headers and all. True
+  // when the run has new attempts since: the caller then fetches the list again, once the new
+  // row is in the page.
+  function keepOpenAttempts(existing, fresh) {
     var open = existing.querySelector("tr.attempts:not([hidden])");
     var slot = fresh.querySelector("tr.attempts");
-    if (open && slot && existing.dataset.attempts === fresh.dataset.attempts) slot.replaceWith(open);
+    if (!open || !slot) return false;
+    slot.replaceWith(open);
+    return existing.dataset.attempts !== fresh.dataset.attempts;
+  }
+
+  function reloadAttempts(run) {
+    var open = run.querySelector("tr.attempts:not([hidden])");
+    var link = open && run.querySelector('[hx-get][hx-target="#' + open.id + '"]');
+    if (link && window.htmx) {
+      window.htmx.ajax("GET", link.getAttribute("hx-get"), { target: "#" + open.id, swap: "outerHTML" });
+    }
   }
 
   // A run is a <tbody> (its row, then its attempts slot); a job is a <tr>.
@@ -65,8 +77,9 @@
       if (!fresh) return;
       var existing = document.getElementById(row.id);
       if (existing && sameRow(existing, fresh)) return;  // events can outrun renders: nothing new
+      var stale = false;
       if (existing) {
-        keepExpandedAttempts(existing, fresh);
+        stale = keepOpenAttempts(existing, fresh);
         existing.replaceWith(fresh);
       } else if (row.insert) {
         var head = table.tHead;
@@ -77,8 +90,38 @@
         return;
       }
       if (window.htmx) window.htmx.process(fresh);
+      if (stale) reloadAttempts(fresh);
     });
   }
+
+  // Without a WebSocket (embedded mode) a live table's container polls and is swapped whole
+  // (hx-swap=outerHTML), which used to fold every open "Attempts" row and untick every box at
+  // each poll. What the user opened or ticked in the old container is carried into the new one.
+  var swapping = new WeakMap();  // request -> the live container it is about to replace
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (target && target.querySelector && target.querySelector("table[data-live-rows]")) {
+      swapping.set(event.detail.xhr, target);
+    }
+  });
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var old = swapping.get(event.detail.xhr);
+    if (!old) return;
+    swapping.delete(event.detail.xhr);
+    old.querySelectorAll("tbody.run[id]").forEach(function (existing) {
+      var fresh = document.getElementById(existing.id);
+      if (!fresh || fresh === existing) return;
+      var stale = keepOpenAttempts(existing, fresh);
+      if (window.htmx) window.htmx.process(fresh);  // the moved row lost its handlers in the swap
+      if (stale) reloadAttempts(fresh);
+    });
+    old.querySelectorAll("input[type=checkbox][id]:checked").forEach(function (box) {
+      var same = document.getElementById(box.id);
+      if (same && same !== box && same.type === "checkbox" && !same.disabled) same.checked = true;
+    });
+  });
 
   // Too many changes at once: reload the table (its container answers HTMX requests with itself).
   function refresh(table) {

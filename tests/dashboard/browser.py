@@ -55,8 +55,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_web(port: int) -> Process:
-    env = process_env(**FAST)
+def start_web(port: int, **env: str) -> Process:
+    env = process_env(**{**FAST, **env})
     subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
     )
