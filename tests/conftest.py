@@ -37,6 +37,15 @@ def _require(name: str, url: str, default_port: int) -> None:
     pytest.skip(f"!!! SKIPPED: {message}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def collected_static():
+    """Pages render with the production static storage (config/settings/test.py), which needs the
+    manifest in STATIC_ROOT: collect once, and again only when a static source changed."""
+    from config.staticfiles import collect_if_stale
+
+    collect_if_stale()
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     """Runs before the test database is created: check PostgreSQL is there first."""

@@ -1,11 +1,24 @@
-"""Production: everything from base, plus HTTPS-only cookies and headers."""
+"""Production: base plus HTTPS behind a TLS-terminating proxy (a PaaS router, a load balancer).
+
+The default of manage.py, config/asgi.py, config/wsgi.py and config/celery.py, so every Procfile
+process gets it with nothing set. `manage.py check --deploy` passes but for W005 and W021 (HSTS
+for subdomains, preload list): decisions about the operator's domain, opt-in below
+(docs/operations.md#deploying).
+"""
 
 from .base import *  # noqa: F403
 from .base import env
 
+# The proxy terminates TLS and says so in X-Forwarded-Proto. Trusting the header is right only
+# when every request passes through a proxy that sets it (a client cannot then forge it).
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Plain http is redirected to https, except the health check a PaaS or load balancer makes over
+# http inside its network (patterns match the path without its leading slash).
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
+# HSTS is sent on https responses only; start low if the domain is new to https.
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 30)
-SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)

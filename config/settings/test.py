@@ -12,9 +12,8 @@ os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true")
 from .base import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-}
+# Static files: the production storage (base.STORAGES, hashed names from a manifest), so a page
+# whose asset is missing fails here as in production. tests/conftest.py collects them once per
+# session when the sources changed (config/staticfiles.py).
 # Two suites on one server (e.g. a developer's run beside CI) each need their own database.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("CHIME_TEST_DATABASE", "test_chime")}  # noqa: F405
