@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -29,6 +30,14 @@ _client_lock = threading.Lock()
 
 def queue_for(priority: str) -> str:
     return f"runs.{priority}"
+
+
+def by_priority(rows) -> dict[str, list[str]]:
+    """(run id, priority) pairs as run ids (strings, for the message) per priority tier."""
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for run_id, priority in rows:
+        grouped[priority].append(str(run_id))
+    return grouped
 
 
 def publish_runs(run_ids: list[str], *, priority: str) -> None:

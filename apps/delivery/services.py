@@ -29,7 +29,7 @@ from apps.tenants.selectors import signing_secrets_by_tenant
 
 from .claiming import LeaseRenewer, claim_runs, lease_expiry
 from .draining import grace_over, is_draining
-from .enqueue import publish_runs
+from .enqueue import by_priority, publish_runs
 from .outcomes import attempts_left, record_outcomes
 from .signing import webhook_headers
 from .transport import WebhookRequest, get_transport
@@ -224,10 +224,7 @@ def _hand_back(runs: list[JobRun], *, owner: str) -> None:
         lease_owner="",
         lease_expires_at=None,
     )
-    by_priority = defaultdict(list)
-    for run_id, priority in back:
-        by_priority[priority].append(str(run_id))
-    for priority, run_ids in by_priority.items():
+    for priority, run_ids in by_priority(back).items():
         try:
             publish_runs(run_ids, priority=priority)
         except Exception:

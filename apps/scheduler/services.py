@@ -9,7 +9,6 @@ at the epoch this process acquired it (fencing). See docs/architecture.md.
 """
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,7 +18,7 @@ from django.utils import timezone
 
 from apps.core.dbretry import with_db_retry
 from apps.core.events import runs_changed
-from apps.delivery.enqueue import broker_epoch, publish_runs
+from apps.delivery.enqueue import broker_epoch, by_priority, publish_runs
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
 from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan
 
@@ -169,10 +168,7 @@ def _anything_due(partitions: list[int], now: datetime) -> bool:
 
 
 def publish_or_put_back(rows: list[tuple]) -> None:
-    by_priority: dict[str, list[str]] = defaultdict(list)
-    for run_id, priority in rows:
-        by_priority[priority].append(str(run_id))
-    for priority, run_ids in by_priority.items():
+    for priority, run_ids in by_priority(rows).items():
         try:
             publish_runs(run_ids, priority=priority)
         except Exception:
@@ -200,21 +196,13 @@ def republish_after_broker_loss(*, partitions: list[int], now: datetime, batch_s
         return 0
     total = 0
     while True:
-        with transaction.atomic():
-            rows = list(
-                JobRun.objects.select_for_update(skip_locked=True)
-                .filter(status=RunStatus.QUEUED, queued_at__lt=epoch, partition__in=partitions)
-                .values_list("id", "priority")[:batch_size]
-            )
-            if not rows:
-                break
-            # Not before the epoch, or the next sweep would find them again (`now` may predate it).
-            JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(
-                queued_at=max(now, epoch)
-            )
-        publish_or_put_back(rows)
-        total += len(rows)
-        if len(rows) < batch_size:
+        # Stamped no earlier than the epoch, or the next sweep would find them again (`now` may
+        # predate it).
+        published = _publish_queued_again(
+            partitions=partitions, queued_before=epoch, stamp=max(now, epoch), batch_size=batch_size
+        )
+        total += published
+        if published < batch_size:
             break
     if total:
         logger.warning("the broker lost its messages (empty since %s): published %d queued runs again", epoch, total)
@@ -228,15 +216,20 @@ def requeue_stale_runs(*, partitions: list[int], now: datetime, batch_size: int)
     if not partitions:
         return 0
     cutoff = now - settings.CHIME_REQUEUE_AFTER
+    return _publish_queued_again(partitions=partitions, queued_before=cutoff, stamp=now, batch_size=batch_size)
+
+
+def _publish_queued_again(*, partitions: list[int], queued_before: datetime, stamp: datetime, batch_size: int) -> int:
+    """One batch of `queued` runs queued before `queued_before`: restamp `queued_at`, publish."""
     with transaction.atomic():
         rows = list(
             JobRun.objects.select_for_update(skip_locked=True)
-            .filter(status=RunStatus.QUEUED, queued_at__lt=cutoff, partition__in=partitions)
+            .filter(status=RunStatus.QUEUED, queued_at__lt=queued_before, partition__in=partitions)
             .values_list("id", "priority")[:batch_size]
         )
         if not rows:
             return 0
-        JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(queued_at=now)
+        JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(queued_at=stamp)
     publish_or_put_back(rows)
     return len(rows)
 
