@@ -1,0 +1,205 @@
+"""The faults, one per scenario. Each `inject` blocks until the fault is over and says when it began
+and when it was lifted (the server is back, the process is restarted and ready, SIGCONT is sent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from .harness import Cluster, Fault
+
+REDIS_DOWN_SECONDS = 2.0
+SIGTERM_GRACE_SECONDS = 30.0  # a PaaS's usual wait between SIGTERM and SIGKILL
+SIGSTOP_SECONDS = 30.0
+SCHEDULER_SPREAD = 20.0
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    inject: Callable[[Cluster], Fault]
+    redis_appendonly: bool = False
+    # Seconds the spike's occurrences are spread over. A scheduler fault only shows while runs
+    # still come due; the others hit a spike due at one instant.
+    spread: float = 0.0
+
+
+def no_fault(cluster: Cluster) -> Fault:
+    now = time.time()
+    return Fault(now, now)
+
+
+def redis_restart(cluster: Cluster) -> Fault:
+    """kill -9 redis-server, start it again on the same port after 2 s (empty unless append-only)."""
+    t0 = time.time()
+    cluster.redis.kill(signal.SIGKILL)
+    time.sleep(REDIS_DOWN_SECONDS)
+    cluster.redis.start()
+    return Fault(t0, time.time(), details={"down_seconds": REDIS_DOWN_SECONDS})
+
+
+def pg_restart(mode: str) -> Callable[[Cluster], Fault]:
+    def inject(cluster: Cluster) -> Fault:
+        t0 = time.time()
+        cluster.pg.restart(mode)
+        lifted = time.time()
+        return Fault(t0, lifted, details={"restart_seconds": round(lifted - t0, 2)})
+
+    return inject
+
+
+def worker_sigkill(cluster: Cluster) -> Fault:
+    """SIGKILL to the worker's whole process group (main process and pool children), restart."""
+    t0 = time.time()
+    cluster.workers[0].kill()
+    cluster.restart_worker(0)
+    return Fault(t0, time.time())
+
+
+def worker_sigterm(cluster: Cluster) -> Fault:
+    """SIGTERM to the worker's main process, as a PaaS sends it; SIGKILL after 30 s; restart."""
+    worker = cluster.workers[0]
+    t0 = time.time()
+    worker.signal_main(signal.SIGTERM)
+    exited = worker.wait(SIGTERM_GRACE_SECONDS)
+    took = time.time() - t0
+    notes = []
+    if not exited:
+        notes.append(f"worker did not exit within {SIGTERM_GRACE_SECONDS:g} s of SIGTERM: killed")
+        worker.kill()
+    else:
+        worker.stop()  # reaps, closes the log, and kills any pool child left behind
+    cluster.restart_worker(0)
+    details = {"shutdown_seconds": round(took, 2), "exited_by_itself": exited}
+    return Fault(t0, time.time(), notes=notes, details=details)
+
+
+def scheduler_sigkill(cluster: Cluster) -> Fault:
+    """SIGKILL to one of two schedulers; not restarted: the other takes its partitions over."""
+    victim, survivor = cluster.schedulers[0], cluster.schedulers[1]
+    t0 = time.time()
+    victim.kill()
+    return Fault(t0, t0, details={"takeover_seconds": takeover_seconds(survivor, t0, wait=25)})
+
+
+def scheduler_sigstop(cluster: Cluster) -> Fault:
+    """SIGSTOP one of two schedulers (inside a database transaction when we can catch it there)
+    for 30 s, then SIGCONT."""
+    victim, survivor = cluster.schedulers[0], cluster.schedulers[1]
+    t0, in_transaction = stop_inside_transaction(cluster, victim)
+    time.sleep(SIGSTOP_SECONDS)
+    victim.signal_group(signal.SIGCONT)
+    lifted = time.time()
+    notes = [] if in_transaction else ["the scheduler could not be caught inside a transaction: stopped outside one"]
+    details = {
+        "stopped_in_transaction": in_transaction,
+        "stopped_seconds": round(lifted - t0, 1),
+        "takeover_seconds": takeover_seconds(survivor, t0),
+    }
+    return Fault(t0, lifted, notes=notes, details=details)
+
+
+SCENARIOS = {
+    s.name: s
+    for s in [
+        Scenario("none", "baseline: no fault", no_fault),
+        Scenario("redis-restart", "kill -9 Redis (no persistence), same port again after 2 s: empty", redis_restart),
+        Scenario(
+            "redis-restart-aof",
+            "the same with --appendonly yes (for comparison)",
+            redis_restart,
+            redis_appendonly=True,
+        ),
+        Scenario("pg-restart-fast", "pg_ctl restart -m fast", pg_restart("fast")),
+        Scenario("pg-restart-immediate", "pg_ctl restart -m immediate (crash recovery)", pg_restart("immediate")),
+        Scenario("worker-sigkill", "SIGKILL to the worker's process group, restarted", worker_sigkill),
+        Scenario("worker-sigterm", "SIGTERM to the worker (graceful, 30 s), restarted", worker_sigterm),
+        Scenario("scheduler-sigkill", "SIGKILL to one of two schedulers", scheduler_sigkill, spread=SCHEDULER_SPREAD),
+        Scenario(
+            "scheduler-sigstop",
+            "SIGSTOP one of two schedulers inside a transaction for 30 s, then SIGCONT",
+            scheduler_sigstop,
+            spread=SCHEDULER_SPREAD,
+        ),
+    ]
+}
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*now holding (\d+) partitions", re.M)
+
+
+def takeover_seconds(survivor, since: float, wait: float = 0.0) -> float | None:
+    """Seconds from `since` until the survivor logged holding all 64 partitions (asctime is local),
+    waiting up to `wait` seconds for that line."""
+    deadline = time.time() + wait
+    while True:
+        for stamp, held in LOG_TIME.findall(survivor.log()):
+            when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if when >= since and int(held) == 64:
+                return round(when - since, 2)
+        if time.time() >= deadline:
+            return None
+        time.sleep(0.5)
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    return inodes
+
+
+def client_ports(pid: int, server_port: int) -> list[int]:
+    """Local ports of `pid`'s TCP connections to 127.0.0.1:server_port (from /proc/net/tcp)."""
+    inodes = _socket_inodes(pid)
+    ports = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if inode in inodes and int(remote.split(":")[1], 16) == server_port:
+                ports.append(int(local.split(":")[1], 16))
+    return ports
+
+
+def in_transaction(cluster: Cluster, pid: int) -> bool:
+    """Whether a backend of process `pid` is inside an open transaction block right now."""
+    ports = client_ports(pid, cluster.pg.port)
+    if not ports:
+        return False
+    with cluster.connect() as conn:
+        rows = conn.execute(
+            "SELECT state, xact_start < query_start FROM pg_stat_activity WHERE client_port = ANY(%s)", [ports]
+        ).fetchall()
+    return any(state == "idle in transaction" or (state == "active" and multi) for state, multi in rows)
+
+
+def stop_inside_transaction(cluster: Cluster, victim, tries_for: float = 8.0) -> tuple[float, bool]:
+    """SIGSTOP `victim`; if none of its connections is inside a transaction, SIGCONT and try again
+    (for up to `tries_for` seconds). Returns (when it was stopped for good, caught in one)."""
+    deadline = time.time() + tries_for
+    while True:
+        t0 = time.time()
+        victim.signal_group(signal.SIGSTOP)
+        time.sleep(0.05)  # let a statement in flight finish on the server
+        if in_transaction(cluster, victim.pid):
+            return t0, True
+        if time.time() >= deadline:
+            return t0, False
+        victim.signal_group(signal.SIGCONT)
+        time.sleep(0.01 + (time.time() * 1000 % 7) / 100)  # a varying phase against the tick loop
