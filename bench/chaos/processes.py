@@ -18,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from .servers import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[2]  # this checkout: the harness, the receiver, the auditor
 PYTHON = sys.executable
 WORKER_QUEUES = "runs.high,runs.default,runs.low"
@@ -71,7 +73,13 @@ class ChimeProcess:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
         self._log_offset = self._log.tell()
         self.popen = subprocess.Popen(
-            self.args, cwd=self.cwd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            self.args,
+            cwd=self.cwd,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         self.started_at = time.time()
         _STARTED.append(self)

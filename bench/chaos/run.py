@@ -81,7 +81,8 @@ def notes(results: list[dict]) -> str:
             continue
         items = list(r.get("notes", []))
         fault = r.get("fault") or {}
-        for key in ("shutdown_seconds", "takeover_seconds", "stopped_in_transaction", "restart_seconds"):
+        keys = ("shutdown_seconds", "takeover_seconds", "stopped_in_transaction", "stopped_holding_locks")
+        for key in (*keys, "restart_seconds"):
             if key in fault:
                 items.append(f"{key.replace('_', ' ')}: {fault[key]}")
         if r["stuck"]:

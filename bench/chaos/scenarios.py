@@ -95,13 +95,14 @@ def scheduler_sigstop(cluster: Cluster) -> Fault:
     """SIGSTOP one of two schedulers (inside a database transaction when we can catch it there)
     for 30 s, then SIGCONT."""
     victim, survivor = cluster.schedulers[0], cluster.schedulers[1]
-    t0, in_transaction = stop_inside_transaction(cluster, victim)
+    t0, caught = stop_inside_transaction(cluster, victim)
     time.sleep(SIGSTOP_SECONDS)
     victim.signal_group(signal.SIGCONT)
     lifted = time.time()
-    notes = [] if in_transaction else ["the scheduler could not be caught inside a transaction: stopped outside one"]
+    notes = [] if caught else ["the scheduler could not be caught inside a transaction: stopped outside one"]
     details = {
-        "stopped_in_transaction": in_transaction,
+        "stopped_in_transaction": caught is not None,
+        "stopped_holding_locks": caught == "holding locks",
         "stopped_seconds": round(lifted - t0, 1),
         "takeover_seconds": takeover_seconds(survivor, t0),
     }
@@ -177,29 +178,42 @@ def client_ports(pid: int, server_port: int) -> list[int]:
     return ports
 
 
-def in_transaction(cluster: Cluster, pid: int) -> bool:
-    """Whether a backend of process `pid` is inside an open transaction block right now."""
-    ports = client_ports(pid, cluster.pg.port)
-    if not ports:
-        return False
+TRANSACTIONS_SQL = (
+    "SELECT state, backend_xid IS NOT NULL FROM pg_stat_activity "
+    "WHERE client_port = ANY(%s) AND xact_start IS NOT NULL AND state IN ('active', 'idle in transaction')"
+)
+
+
+def stop_inside_transaction(cluster: Cluster, victim, tries_for: float = 15.0) -> tuple[float, str | None]:
+    """SIGSTOP `victim` while one of its connections is inside a transaction, preferably one that
+    has written or locked rows (it has a transaction id): watch pg_stat_activity every few ms,
+    stop the process when it is seen in one, and keep it stopped if it still is 50 ms later (else
+    SIGCONT and watch again). After half of `tries_for` any open transaction will do; after all of
+    it, the process is stopped wherever it is.
+
+    Returns (when it was stopped for good, "holding locks" / "in a transaction" / None).
+    """
+    start = time.time()
+    ports, ports_at = [], 0.0
     with cluster.connect() as conn:
-        rows = conn.execute(
-            "SELECT state, xact_start < query_start FROM pg_stat_activity WHERE client_port = ANY(%s)", [ports]
-        ).fetchall()
-    return any(state == "idle in transaction" or (state == "active" and multi) for state, multi in rows)
+        while time.time() - start < tries_for:
+            if time.time() - ports_at > 1.0:
+                ports, ports_at = client_ports(victim.pid, cluster.pg.port), time.time()
+            want_locks = time.time() - start < tries_for / 2
+            if ports and _caught(conn, ports, want_locks):
+                t0 = time.time()
+                victim.signal_group(signal.SIGSTOP)
+                time.sleep(0.05)  # a statement in flight finishes on the server; the client is frozen
+                rows = conn.execute(TRANSACTIONS_SQL, [ports]).fetchall()
+                if any(state == "idle in transaction" and (locks or not want_locks) for state, locks in rows):
+                    return t0, "holding locks" if any(locks for _state, locks in rows) else "in a transaction"
+                victim.signal_group(signal.SIGCONT)
+            time.sleep(0.002)
+    t0 = time.time()
+    victim.signal_group(signal.SIGSTOP)
+    return t0, None
 
 
-def stop_inside_transaction(cluster: Cluster, victim, tries_for: float = 8.0) -> tuple[float, bool]:
-    """SIGSTOP `victim`; if none of its connections is inside a transaction, SIGCONT and try again
-    (for up to `tries_for` seconds). Returns (when it was stopped for good, caught in one)."""
-    deadline = time.time() + tries_for
-    while True:
-        t0 = time.time()
-        victim.signal_group(signal.SIGSTOP)
-        time.sleep(0.05)  # let a statement in flight finish on the server
-        if in_transaction(cluster, victim.pid):
-            return t0, True
-        if time.time() >= deadline:
-            return t0, False
-        victim.signal_group(signal.SIGCONT)
-        time.sleep(0.01 + (time.time() * 1000 % 7) / 100)  # a varying phase against the tick loop
+def _caught(conn, ports: list[int], want_locks: bool) -> bool:
+    rows = conn.execute(TRANSACTIONS_SQL, [ports]).fetchall()
+    return any(locks or not want_locks for _state, locks in rows)

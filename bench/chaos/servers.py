@@ -11,6 +11,7 @@ owns. A workspace records the pid of the process that made it: a later run remov
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import shutil
@@ -60,6 +61,21 @@ def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+try:  # loaded here, not in the forked child: a child only calls the bound function
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when the harness dies, even by SIGKILL (Linux prctl), so a
+    killed harness leaves no Chime process or Redis behind (PostgreSQL daemonizes: see
+    reap_stale_workspaces)."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -251,7 +267,13 @@ class RedisServer:
             "--pidfile", str(self.workdir / "redis.pid"),
             "--logfile", str(self.log_path),
         ]  # fmt: skip
-        self.popen = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.popen = subprocess.Popen(
+            args,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
