@@ -89,6 +89,11 @@ class Cluster:
 
         return psycopg.connect(self.pg.dsn(DATABASE), autocommit=True)
 
+    def crashed(self) -> dict[str, int]:
+        """Processes that exited by themselves (not stopped by the fault or the harness): name -> code.
+        Nothing supervises them here, unlike a PaaS: a crash must be seen, not papered over."""
+        return {p.name: p.popen.returncode for p in [*self.schedulers, *self.workers] if not p.alive()}
+
     def stop_processes(self) -> dict[str, float | None]:
         """Schedulers, then workers (SIGTERM, 30 s), then the receiver; seconds each took to exit."""
         took = {}
@@ -224,6 +229,7 @@ def run_scenario(scenario, options: Options, template: Path) -> dict:
         result["finished"] = poller.finished.is_set()
         result["waited"] = round(time.time() - fire_at, 1)
         result["timeline"] = timeline = poller.timeline
+        result["crashed"] = cluster.crashed()
         result["shutdown_seconds"] = cluster.stop_processes()
         deliveries = cluster.receiver.deliveries()
         result.update(_analyse(cluster, deliveries, options.runs))

@@ -43,14 +43,14 @@ def describe_audit(audit: dict) -> str:
 
 def table(results: list[dict]) -> str:
     headers = [
-        "scenario", "runs", "due", "open at fault", "lost", "dup rows", "dup deliveries", "stuck",
+        "scenario", "runs", "due", "open at fault", "crashed", "lost", "dup rows", "dup deliveries", "stuck",
         "worker_lost attempts", "all delivered after fault", "after recovery", "after spike start",
         "max fire lag", "all terminal after fault", "audit",
     ]  # fmt: skip
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['scenario']} | {r['runs']:,} | harness error: {r['error']} |" + " |" * 12)
+            lines.append(f"| {r['scenario']} | {r['runs']:,} | harness error: {r['error']} |" + " |" * 13)
             continue
         never = f"not within {r['waited']:.0f} s" if r["all_delivered_after_fault"] is None else None
         cells = [
@@ -58,6 +58,7 @@ def table(results: list[dict]) -> str:
             f"{r['runs']:,}",
             f"over {r['spread']:g} s" if r.get("spread") else "at once",
             "—" if r.get("open_at_fault") is None else f"{r['open_at_fault']:,}",
+            ", ".join(r.get("crashed") or {}) or "none",
             f"{r['lost']:,}",
             f"{r['duplicate_rows']:,}",
             f"{r['duplicate_deliveries']:,}",
@@ -85,6 +86,8 @@ def notes(results: list[dict]) -> str:
         for key in (*keys, "restart_seconds"):
             if key in fault:
                 items.append(f"{key.replace('_', ' ')}: {fault[key]}")
+        if r.get("crashed"):
+            items.append(f"**crashed** (exited by itself, exit code): {r['crashed']}")
         if r["stuck"]:
             items.append(f"statuses at the end: {r['statuses']}")
         if not r["audit"].get("ran"):

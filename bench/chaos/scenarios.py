@@ -88,6 +88,7 @@ def scheduler_sigkill(cluster: Cluster) -> Fault:
     victim, survivor = cluster.schedulers[0], cluster.schedulers[1]
     t0 = time.time()
     victim.kill()
+    cluster.schedulers.remove(victim)  # killed on purpose: not a crash
     return Fault(t0, t0, details={"takeover_seconds": takeover_seconds(survivor, t0, wait=25)})
 
 

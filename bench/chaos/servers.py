@@ -22,7 +22,21 @@ import tempfile
 import time
 from pathlib import Path
 
-PG_BIN = Path(os.environ.get("CHIME_CHAOS_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def _pg_bin() -> Path:
+    """CHIME_CHAOS_PG_BIN, else PostgreSQL 15's Debian path, else the newest installed version's."""
+    if os.environ.get("CHIME_CHAOS_PG_BIN"):
+        return Path(os.environ["CHIME_CHAOS_PG_BIN"])
+    preferred = Path("/usr/lib/postgresql/15/bin")
+    if preferred.exists():
+        return preferred
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0
+    )
+    return found[-1] if found else preferred
+
+
+PG_BIN = _pg_bin()
 REDIS_SERVER = os.environ.get("CHIME_CHAOS_REDIS_SERVER", "redis-server")
 WORKSPACE_PREFIX = "chime-chaos-"
 RESERVED_PORTS = {5432, 6379}  # the machine's own servers: never touched
