@@ -12,12 +12,15 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import psycopg
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-TRANSIENT = (OperationalError, InterfaceError)
+# psycopg's own classes too: a raw COPY (apps/delivery/outcomes.py) raises them unwrapped, e.g.
+# AdminShutdown when PostgreSQL restarts mid-write.
+TRANSIENT = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 def with_db_retry(fn: Callable[[], T], *, what: str, deadline_seconds: float, first_delay: float = 0.2) -> T:
