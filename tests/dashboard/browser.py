@@ -5,6 +5,7 @@ Chromium is never downloaded (`playwright install` cannot work here): /usr/bin/c
 through `executable_path`. When it is missing the tests are skipped loudly, or fail with CI=true.
 """
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -28,6 +29,18 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
+
+# The history of a run's status as the page shows it, recorded by a MutationObserver in the page.
+WATCH_STATUSES = """(runId) => {
+  window.__statuses = [];
+  const record = () => {
+    const row = document.getElementById('run-' + runId);
+    const status = row && row.dataset.status;
+    if (status && window.__statuses[window.__statuses.length - 1] !== status) window.__statuses.push(status);
+  };
+  record();
+  new MutationObserver(record).observe(document.body, {subtree: true, childList: true, attributes: true});
+}"""
 PASSWORD = "pw-Chime-2026!"
 # Short leases and sweeps, as in the scenario tests.
 FAST = {
@@ -89,3 +102,24 @@ def api_status(base_url: str, raw_key: str, path: str = "/api/v1/jobs") -> int:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
+
+
+@contextlib.contextmanager
+def chromium():
+    """Debian's Chromium through Playwright's sync API. That API keeps an event loop running in
+    this thread; the test's own ORM calls (setup and assertions) are plain sync code all the same,
+    so Django's async-safety check is lifted for as long as the browser is open."""
+    from playwright.sync_api import sync_playwright
+
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous

@@ -4,7 +4,6 @@ sign up; create a cron job through the form with its preview; trigger it and wat
 dashboard and from the admin; a revoked API key is refused by the API. Screenshots go to
 test-output/screenshots/."""
 
-import os
 import time
 
 import pytest
@@ -19,11 +18,11 @@ from tests.support.processes import start_scheduler, start_worker, wait_until
 from tests.support.receiver import Receiver, Reply
 
 from .browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     FAST,
     PASSWORD,
+    WATCH_STATUSES,
     api_status,
+    chromium,
     free_port,
     require_chromium,
     screenshot,
@@ -31,19 +30,6 @@ from .browser import (
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser, pytest.mark.slow]
-
-# The history of a run's status as the page shows it, recorded by a MutationObserver in the page.
-WATCH_STATUSES = """(runId) => {
-  window.__statuses = [];
-  const record = () => {
-    const row = document.getElementById('run-' + runId);
-    const status = row && row.dataset.status;
-    if (status && window.__statuses[window.__statuses.length - 1] !== status) window.__statuses.push(status);
-  };
-  record();
-  new MutationObserver(record).observe(document.body, {subtree: true, childList: true, attributes: true});
-}"""
-
 
 @pytest.fixture(scope="module")
 def web(django_db_setup, django_db_blocker):
@@ -72,20 +58,8 @@ def stack(web):
 
 @pytest.fixture(scope="module")
 def browser(web):
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop running in this thread; the test's own ORM calls
-    # (setup and assertions) are plain sync code all the same.
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ opened or selected must survive the swap: an expanded "Attempts" row stays open 
 attempts when the run got some), a ticked dead letter stays ticked. Debian Chromium, a real uvicorn
 with REDIS_URL unset; the data changes in the database between polls, as a worker would change it."""
 
-import os
 from datetime import timedelta
 
 import pytest
@@ -16,7 +15,7 @@ from apps.jobs.services import job_create
 from apps.tenants.models import Membership, Role
 from apps.tenants.services import tenant_create
 
-from .browser import CHROMIUM, CHROMIUM_ARGS, PASSWORD, free_port, require_chromium, screenshot, start_web
+from .browser import PASSWORD, chromium, free_port, require_chromium, screenshot, start_web
 from .conftest import make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser, pytest.mark.slow]
@@ -42,18 +41,8 @@ def web(django_db_setup, django_db_blocker):
 
 @pytest.fixture(scope="module")
 def browser(web):
-    from playwright.sync_api import sync_playwright
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # the test's ORM calls beside Playwright's loop
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 every subresource (no 4xx/5xx, no failed request, no console error)."""
 
 import contextlib
-import time
 from urllib.parse import urlparse
 
 from django.urls import reverse
@@ -44,27 +43,8 @@ def member_pages(*, job_id: str, run_id: str) -> list[str]:
     ]
 
 
-# The history of a run's status as the page shows it, recorded by a MutationObserver in the page.
-WATCH_STATUSES = """(runId) => {
-  window.__statuses = [];
-  const record = () => {
-    const row = document.getElementById('run-' + runId);
-    const status = row && row.dataset.status;
-    if (status && window.__statuses[window.__statuses.length - 1] !== status) window.__statuses.push(status);
-  };
-  record();
-  new MutationObserver(record).observe(document.body, {subtree: true, childList: true, attributes: true});
-}"""
 
 
-def wait_for(condition, timeout: float, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"not met within {timeout} s")
 
 
 class Walk:

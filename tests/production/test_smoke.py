@@ -24,8 +24,8 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from tests.dashboard.browser import CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium, screenshot
-from tests.support.processes import ROOT
+from tests.dashboard.browser import WATCH_STATUSES, chromium, free_port, require_chromium, screenshot
+from tests.support.processes import ROOT, wait_until
 from tests.support.receiver import Receiver, Reply
 
 from . import pages
@@ -267,7 +267,7 @@ def test_32_api_clients_for_30_s_get_no_5xx_and_connections_stay_within_the_pool
     # Every job that fired at once reached the receiver, signed: the scheduler released it and a
     # worker delivered it.
     fired = statuses[("once", 201)]
-    pages.wait_for(lambda: len(receiver.received(lambda d: d.path.startswith("/load/"))) >= fired, timeout=120)
+    wait_until(lambda: len(receiver.received(lambda d: d.path.startswith("/load/"))) >= fired, timeout=120)
     deliveries = receiver.received(lambda d: d.path.startswith("/load/"))
     assert all(d.signature_ok for d in deliveries)
     assert len({d.webhook_id for d in deliveries}) == fired
@@ -278,17 +278,13 @@ def test_32_api_clients_for_30_s_get_no_5xx_and_connections_stay_within_the_pool
 
 @pytest.fixture(scope="module")
 def browser(deploy):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = chromium.new_context(
+    with chromium() as browser:
+        context = browser.new_context(
             base_url=deploy.base_url, extra_http_headers=PROXY, viewport={"width": 1280, "height": 900}
         )
         context.set_default_timeout(20000)
         yield context
         context.close()
-        chromium.close()
 
 
 def test_every_page_the_admin_and_the_api_docs_load_with_their_assets(deploy, browser, receiver):
@@ -325,7 +321,7 @@ def test_a_run_triggered_through_the_api_changes_status_live_on_the_runs_page(de
     page.locator("[data-live-indicator][data-state=live]").wait_for()
     page.evaluate("window.__noReload = true")
     run = deploy.api("POST", f"/jobs/{job['id']}/trigger", expect=201)
-    page.evaluate(pages.WATCH_STATUSES, run["id"])
+    page.evaluate(WATCH_STATUSES, run["id"])
     page.locator(f"#run-{run['id']}[data-status=succeeded]").wait_for(timeout=60000)
     seen = page.evaluate("window.__statuses")
     assert page.evaluate("window.__noReload === true"), "the page was reloaded"
