@@ -252,7 +252,11 @@ CHIME_PARTITIONS = env.int("CHIME_PARTITIONS", default=64)
 CHIME_SCHEDULER_BATCH_SIZE = env.int("CHIME_SCHEDULER_BATCH_SIZE", default=1000)
 CHIME_SCHEDULER_IDLE_SECONDS = env.float("CHIME_SCHEDULER_IDLE_SECONDS", default=0.2)
 # Runs sit in "queued" this long without a worker taking them before the sweep publishes again.
-CHIME_REQUEUE_AFTER = timedelta(seconds=env.int("CHIME_REQUEUE_AFTER_SECONDS", default=300))
+# Short: under backpressure (CHIME_MAX_QUEUED_RUNS) a run waits seconds in the broker, so one
+# queued for 30 s lost its message: a worker SIGKILLed with a message it had received but not
+# started (Redis keeps that unacked for the whole visibility_timeout), a publisher that crashed.
+# A duplicate message is harmless (the claim is a conditional flip).
+CHIME_REQUEUE_AFTER = timedelta(seconds=env.int("CHIME_REQUEUE_AFTER_SECONDS", default=30))
 # Run ids per Celery message: one message per run cannot keep up with a top-of-the-hour spike.
 CHIME_ENQUEUE_CHUNK = env.int("CHIME_ENQUEUE_CHUNK", default=50)
 CHIME_MAX_TIMEOUT_SECONDS = 900

@@ -101,13 +101,6 @@ def test_redis_restart_without_persistence_delivers_what_the_broker_held(templat
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=False,
-    reason="fix pending in lead's work: a restart that hits record_outcomes' raw psycopg COPY "
-    "(apps/delivery/outcomes.py insert_attempts) raises psycopg.errors.AdminShutdown, which "
-    "with_db_retry does not retry (it catches Django's OperationalError only): the task fails and its "
-    "already answered runs are sent again after their 30 s lease; it depends on timing whether it hits",
-)
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_postgres_restart_recovers_without_the_sweep_or_resending(template, mode):
     result = run(f"pg-restart-{mode}", template, settle=PG_BOUND + SLACK)
@@ -119,12 +112,6 @@ def test_postgres_restart_recovers_without_the_sweep_or_resending(template, mode
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=False,
-    reason="fix pending in lead's work: a message the killed worker had received (unacked, acks_late) "
-    "but not yet claimed stays in Redis's unacked set for visibility_timeout (3600 s), so its runs sit "
-    "`queued` until the 300 s requeue sweep; it depends on timing whether the worker held one",
-)
 def test_worker_sigkill_redelivers_what_it_held_at_least_once(template):
     # Runs in flight when the worker died wait for their 30 s lease, then go again: the one place
     # where the receiver may see a webhook-id twice.
