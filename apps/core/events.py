@@ -72,6 +72,12 @@ def _redis():
         return _client
 
 
+def shared_client():
+    """This process's Redis client on REDIS_URL, for other short calls to the same server (the
+    broker's epoch marker, apps/delivery/enqueue.py): one client per process, fork-safe."""
+    return _redis()
+
+
 def runs_changed(changes: Iterable[tuple]) -> None:
     """`changes`: (tenant_id, run_id) pairs, or (tenant_id, run_id, status), whose run was created or
     changed status. Published per tenant, in messages of at most MAX_RUNS_PER_MESSAGE runs."""

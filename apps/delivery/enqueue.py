@@ -11,21 +11,17 @@ file) keeps its marker, and nothing is published twice.
 """
 
 import logging
-import os
-import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.conf import settings
 
+from apps.core.events import shared_client
+
 logger = logging.getLogger(__name__)
 
 EPOCH_KEY = "chime:broker-epoch"
-
-_client = None
-_client_pid = None
-_client_lock = threading.Lock()
 
 
 def queue_for(priority: str) -> str:
@@ -48,25 +44,14 @@ def publish_runs(run_ids: list[str], *, priority: str) -> None:
         deliver_runs_task.apply_async(args=[run_ids[start : start + chunk]], queue=queue_for(priority))
 
 
-def _redis():
-    global _client, _client_pid
-    with _client_lock:
-        if _client is None or _client_pid != os.getpid():
-            import redis
-
-            _client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
-            _client_pid = os.getpid()
-        return _client
-
-
 def broker_epoch() -> datetime | None:
     """When the broker's current contents began: the time its marker was set, setting it now if it
     is missing (an empty broker). None when the broker keeps no marker (embedded filesystem
     broker, which lives on disk) or cannot be reached (then nothing can be published anyway)."""
-    if not settings.CELERY_BROKER_URL.startswith(("redis://", "rediss://", "unix://")):
+    if not settings.REDIS_URL:  # embedded mode: the filesystem broker lives on disk
         return None
     try:
-        client = _redis()
+        client = shared_client()
         client.set(EPOCH_KEY, repr(time.time()), nx=True)
         value = client.get(EPOCH_KEY)
     except Exception as exc:  # any redis error: the broker is away; publishing will tell
