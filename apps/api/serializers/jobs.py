@@ -15,7 +15,7 @@ from apps.jobs.models import (
     ScheduleType,
 )
 from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, ScheduleError
-from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_headers, check_target_url
+from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_body, check_target_headers, check_target_url
 
 from ..fields import StrictCharField, StrictSerializer, UTCDateTimeField
 from .runs import RunSerializer
@@ -61,6 +61,13 @@ class TargetSerializer(StrictSerializer):
     def validate_headers(self, value):
         try:
             check_target_headers(value)
+        except TargetError as error:
+            raise serializers.ValidationError(str(error)) from error
+        return value
+
+    def validate_body(self, value):
+        try:
+            check_target_body(value)
         except TargetError as error:
             raise serializers.ValidationError(str(error)) from error
         return value

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from apps.jobs.models import ConcurrencyPolicy, DstGap, DstOverlap, JobDefinition, MisfirePolicy, Priority, ScheduleType
 from apps.jobs.schedules import CronSchedule, DstPolicy, ScheduleError, parse_timezone
-from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_headers, check_target_url
+from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_body, check_target_headers, check_target_url
 
 RUN_AT_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S")
 
@@ -137,9 +137,14 @@ class JobForm(forms.Form):
         if not text:
             return None
         try:
-            return json.loads(text)
+            body = json.loads(text)
         except ValueError as error:
             raise forms.ValidationError(f"Not valid JSON: {error}.") from error
+        try:
+            check_target_body(body)
+        except TargetError as error:
+            raise forms.ValidationError(str(error)) from error
+        return body
 
     def clean(self):
         cleaned = super().clean()
