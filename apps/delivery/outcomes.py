@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
+from apps.jobs.secrets import redact_headers
 from apps.tenants.models import Membership, Role
 
 from .sanitize import ERROR_CHARS, RESPONSE_EXCERPT_CHARS, STATUS_REASON_CHARS, clean_headers, clean_integer, clean_text
@@ -76,7 +77,8 @@ def attempt_row(
         excerpt, headers = "", {}
     else:
         error, excerpt = verdict.error, response.body_excerpt
-        headers = {k: v for k, v in request.headers.items() if k.lower() != SIGNATURE_HEADER}
+        sent = {k: v for k, v in request.headers.items() if k.lower() != SIGNATURE_HEADER}
+        headers = redact_headers(sent, run.definition.secret_header_names)
     return RunAttempt(
         run_id=run.id,
         number=run.attempt_count,

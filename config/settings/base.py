@@ -285,3 +285,8 @@ CHIME_WORKER_SHUTDOWN_GRACE_SECONDS = env.float("CHIME_WORKER_SHUTDOWN_GRACE_SEC
 # A worker rides out a database outage this long while it holds claimed runs or unrecorded
 # outcomes (apps/core/dbretry.py); past it, the runs' leases expire and the sweep takes over.
 CHIME_WORKER_DB_RETRY_SECONDS = env.float("CHIME_WORKER_DB_RETRY_SECONDS", default=120.0)
+
+# Header secrecy (apps/jobs/secrets.py): Fernet keys for target header values at rest, comma
+# separated; the first encrypts, every one decrypts (rotation: put a new key first, run
+# `manage.py rotate_field_keys`, then drop the old one). Empty: a key derived from SECRET_KEY.
+CHIME_FIELD_ENCRYPTION_KEYS = env.list("CHIME_FIELD_ENCRYPTION_KEYS", default=[])
