@@ -85,8 +85,19 @@ def plain_headers(definition) -> dict[str, str]:
     return dict(definition.target_headers)
 
 
-class RedactedValueError(ValueError):
-    """A REDACTED placeholder that cannot be resolved; the message is for the user."""
+class SecretHeaderError(ValueError):
+    """Secret-header input that cannot be taken (an unknown name, a placeholder with nothing
+    stored); the message is for the user."""
+
+
+def marked_names(names, headers: dict) -> list[str]:
+    """The names a tenant marks secret, spelled as `headers` spells them, each once. A name that
+    is not among the headers is refused (a typo would leave a credential unmarked)."""
+    by_lower = {name.lower(): name for name in headers}
+    unknown = [name for name in names if name.lower() not in by_lower]
+    if unknown:
+        raise SecretHeaderError(f"'{unknown[0]}' is not one of the headers.")
+    return list(dict.fromkeys(by_lower[name.lower()] for name in names))
 
 
 def restore_redacted(headers: dict[str, str], *, job, url: str) -> dict[str, str]:
@@ -98,11 +109,11 @@ def restore_redacted(headers: dict[str, str], *, job, url: str) -> dict[str, str
     stored = {name.lower(): value for name, value in (job.target_headers if job is not None else {}).items()}
     missing = [name for name in placeholders if name.lower() not in stored]
     if missing:
-        raise RedactedValueError(
+        raise SecretHeaderError(
             f"'{missing[0]}' has the placeholder {REDACTED} as its value but no stored value: send the value."
         )
     if urlsplit(url).hostname != urlsplit(job.target_url).hostname:
-        raise RedactedValueError(
+        raise SecretHeaderError(
             f"The target's host changed: send the values of {', '.join(placeholders)} again "
             f"(a stored credential is not sent to a new host)."
         )

@@ -13,7 +13,7 @@ from django.db import connection
 
 from apps.jobs import secrets
 from apps.jobs.models import JobDefinition, RunAttempt
-from apps.jobs.secrets import REDACTED, RedactedValueError, is_secret_header, restore_redacted
+from apps.jobs.secrets import REDACTED, SecretHeaderError, is_secret_header, restore_redacted
 from tests.dashboard.conftest import make_run
 from tests.factories import JobFactory
 
@@ -98,16 +98,16 @@ def test_the_placeholder_keeps_the_stored_value(tenant):
 
 
 def test_the_placeholder_without_a_stored_value_is_refused(tenant):
-    with pytest.raises(RedactedValueError, match="no stored value"):
+    with pytest.raises(SecretHeaderError, match="no stored value"):
         restore_redacted({"Authorization": REDACTED}, job=None, url="https://example.com/")
     job = JobFactory(tenant=tenant, target_headers={})
-    with pytest.raises(RedactedValueError, match="no stored value"):
+    with pytest.raises(SecretHeaderError, match="no stored value"):
         restore_redacted({"Authorization": REDACTED}, job=job, url="https://example.com/")
 
 
 def test_a_stored_credential_does_not_follow_the_url_to_another_host(tenant):
     job = JobFactory(tenant=tenant, target_headers=HEADERS, target_url="https://example.com/a")
-    with pytest.raises(RedactedValueError, match="host changed"):
+    with pytest.raises(SecretHeaderError, match="host changed"):
         restore_redacted({"Authorization": REDACTED}, job=job, url="https://attacker.example/a")
 
 

@@ -15,7 +15,7 @@ from apps.jobs.models import (
     ScheduleType,
 )
 from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, ScheduleError
-from apps.jobs.secrets import RedactedValueError, restore_redacted, visible_headers
+from apps.jobs.secrets import SecretHeaderError, marked_names, restore_redacted, visible_headers
 from apps.jobs.targets import (
     HTTP_METHODS,
     MAX_HEADERS,
@@ -78,14 +78,13 @@ class TargetSerializer(StrictSerializer):
     def validate(self, attrs):
         """Secret names must be headers of the job; a `<redacted>` value keeps the stored one (PATCH:
         the view passes the job as context["job"])."""
-        names = {name.lower(): name for name in attrs["headers"]}
-        unknown = [name for name in attrs["secret_headers"] if name.lower() not in names]
-        if unknown:
-            raise serializers.ValidationError({"secret_headers": [f"'{unknown[0]}' is not one of the headers."]})
-        attrs["secret_headers"] = list(dict.fromkeys(names[name.lower()] for name in attrs["secret_headers"]))
+        try:
+            attrs["secret_headers"] = marked_names(attrs["secret_headers"], attrs["headers"])
+        except SecretHeaderError as error:
+            raise serializers.ValidationError({"secret_headers": [str(error)]}) from error
         try:
             attrs["headers"] = restore_redacted(attrs["headers"], job=self.context.get("job"), url=attrs["url"])
-        except RedactedValueError as error:
+        except SecretHeaderError as error:
             raise serializers.ValidationError({"headers": [str(error)]}) from error
         return attrs
 

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from apps.jobs.models import ConcurrencyPolicy, DstGap, DstOverlap, JobDefinition, MisfirePolicy, Priority, ScheduleType
 from apps.jobs.schedules import CronSchedule, DstPolicy, ScheduleError, parse_timezone
-from apps.jobs.secrets import REDACTED, RedactedValueError, restore_redacted, visible_headers
+from apps.jobs.secrets import REDACTED, SecretHeaderError, marked_names, restore_redacted, visible_headers
 from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_body, check_target_headers, check_target_url
 
 RUN_AT_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S")
@@ -168,16 +168,15 @@ class JobForm(forms.Form):
         headers, names = cleaned.get("target_headers"), cleaned.get("secret_header_names")
         if headers is None or names is None:
             return
-        by_lower = {name.lower(): name for name in headers}
-        unknown = [name for name in names if name.lower() not in by_lower]
-        if unknown:
-            self.add_error("secret_header_names", f"'{unknown[0]}' is not one of the headers.")
+        try:
+            cleaned["secret_header_names"] = marked_names(names, headers)
+        except SecretHeaderError as error:
+            self.add_error("secret_header_names", str(error))
             return
-        cleaned["secret_header_names"] = list(dict.fromkeys(by_lower[name.lower()] for name in names))
         if "target_url" in cleaned:
             try:
                 cleaned["target_headers"] = restore_redacted(headers, job=self.job, url=cleaned["target_url"])
-            except RedactedValueError as error:
+            except SecretHeaderError as error:
                 self.add_error("target_headers", str(error))
 
     def clean(self):
