@@ -45,3 +45,9 @@ def test_a_patch_with_nul_is_a_400_and_changes_nothing(api):
     assert response.status_code == 400
     assert "target.body" in response.json()["error"]["fields"]
     assert JobDefinition.objects.get(id=job["id"]).target_body == {"any": "json"}
+
+
+def test_a_search_with_nul_is_a_400(api):
+    response = api.get("/api/v1/jobs?q=%00")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["q"] == ["Null characters are not allowed."]

@@ -25,3 +25,8 @@ def test_nul_in_the_job_form_is_a_form_error(owner_client, changes, field):
     errors = response.context["form"].errors
     assert field in errors and "null" in " ".join(errors[field]).lower(), errors
     assert not JobDefinition.objects.exists()
+
+
+def test_a_search_with_nul_in_the_job_list_is_not_an_error(owner_client, job):
+    response = owner_client.get("/jobs/?q=%00")
+    assert response.status_code == 200

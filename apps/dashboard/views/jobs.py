@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 from apps.jobs import selectors, services
 from apps.jobs.listings import JOB_STATUS_FILTERS, job_history, job_with_last_run, jobs_with_last_run, runs_by_ids
 from apps.jobs.models import JobDefinition
+from apps.jobs.targets import NUL
 
 from ..access import manager_required, member_required
 from ..charts import run_durations
@@ -30,7 +31,8 @@ def job_or_404(request, job_id) -> JobDefinition:
 
 @member_required
 def job_list(request):
-    search, status = request.GET.get("q", "").strip()[:100], request.GET.get("status", "")
+    # NUL cannot reach PostgreSQL; like the length, a search box's stray bytes are trimmed, not an error.
+    search, status = request.GET.get("q", "").replace(NUL, "").strip()[:100], request.GET.get("status", "")
     live = page_live("jobs")  # before the query: a change after it reaches the page live
     context = {
         "page": page_of(request, jobs_with_last_run(tenant=request.tenant, search=search, status=status)),
