@@ -128,12 +128,17 @@ def test_the_migration_encrypts_clear_values_stored_before_it(tenant):
 def test_the_migration_redacts_secret_values_in_stored_attempts(tenant):
     run = make_run(JobFactory(tenant=tenant))
     RunAttempt.objects.filter(run=run).update(
-        request_headers={"Authorization": "Bearer s3cr3t", "X-Api-Key": "k", "X-Team": "billing", "Chime-Run-Id": "1"}
+        request_headers={
+            "Authorization": "Bearer s3cr3t",
+            "X-Api-Key": "k",
+            "X-Team": "billing",
+            "Idempotency-Key": "1",
+        }
     )
     migration().redact_stored_attempts(global_apps, SimpleNamespace(connection=connection))
     assert run.attempts.get().request_headers == {
         "Authorization": REDACTED,
         "X-Api-Key": REDACTED,
         "X-Team": "billing",
-        "Chime-Run-Id": "1",
+        "Idempotency-Key": "1",
     }

@@ -7,7 +7,7 @@ import re
 from django.db import migrations, models
 
 import apps.jobs.secrets
-from apps.jobs.secrets import REDACTED, SECRET_HEADER_NAMES, SECRET_NAME_PARTS, is_secret_header
+from apps.jobs.secrets import CHIME_SET_HEADERS, REDACTED, SECRET_HEADER_NAMES, SECRET_NAME_PARTS, is_secret_header
 
 
 def encrypt_existing_headers(apps, schema_editor):
@@ -40,14 +40,16 @@ def redact_stored_attempts(apps, schema_editor):
             cursor.execute(
                 """
                 UPDATE jobs_runattempt SET request_headers = (
-                    SELECT jsonb_object_agg(key, CASE WHEN lower(key) ~ %(pattern)s THEN to_jsonb(%(redacted)s::text)
+                    SELECT jsonb_object_agg(key, CASE WHEN lower(key) ~ %(pattern)s AND lower(key) <> ALL(%(chime)s)
+                                                      THEN to_jsonb(%(redacted)s::text)
                                                       ELSE value END)
                     FROM jsonb_each(request_headers))
                 WHERE jsonb_typeof(request_headers) = 'object' AND EXISTS (
                     SELECT 1 FROM jsonb_each(request_headers) AS h(key, value)
-                    WHERE lower(key) ~ %(pattern)s AND value <> to_jsonb(%(redacted)s::text))
+                    WHERE lower(key) ~ %(pattern)s AND lower(key) <> ALL(%(chime)s)
+                      AND value <> to_jsonb(%(redacted)s::text))
                 """,
-                {"pattern": pattern, "redacted": REDACTED},
+                {"pattern": pattern, "redacted": REDACTED, "chime": sorted(CHIME_SET_HEADERS)},
             )
         return
     for attempt in RunAttempt.objects.exclude(request_headers={}).iterator():
