@@ -141,9 +141,20 @@ def _fernet_for(keys: tuple[str, ...], derived: bytes) -> MultiFernet:
     return MultiFernet(fernets or [Fernet(derived)])
 
 
-def fernet() -> MultiFernet:
+def _key_config() -> tuple[tuple[str, ...], bytes]:
     keys = tuple(key.strip() for key in settings.CHIME_FIELD_ENCRYPTION_KEYS if key.strip())
-    return _fernet_for(keys, b"" if keys else _derived_key())
+    return keys, b"" if keys else _derived_key()
+
+
+def fernet() -> MultiFernet:
+    return _fernet_for(*_key_config())
+
+
+@lru_cache(maxsize=8192)
+def _decrypt_token(token: str, keys: tuple[str, ...], derived: bytes) -> str:
+    """Cached: a worker loads the same definitions again and again, and a Fernet decryption costs
+    tens of microseconds; a token always opens to the same text under the same keys."""
+    return _fernet_for(keys, derived).decrypt(token.encode()).decode()
 
 
 def encrypt_value(value: str) -> str:
@@ -157,7 +168,7 @@ def decrypt_value(stored: str) -> str:
     if not isinstance(stored, str) or not stored.startswith(ENCRYPTED_PREFIX):
         return stored
     try:
-        return fernet().decrypt(stored.removeprefix(ENCRYPTED_PREFIX).encode()).decode()
+        return _decrypt_token(stored.removeprefix(ENCRYPTED_PREFIX), *_key_config())
     except InvalidToken:
         logger.error("a target header value cannot be decrypted with any key of CHIME_FIELD_ENCRYPTION_KEYS")
         return stored
