@@ -110,8 +110,11 @@ class Flight:
 
 
 def host_of(url: str) -> str:
+    """The endpoint a cap per host counts: host and port (an origin), as the connection pool does."""
     try:
-        return (urlsplit(url).hostname or "").lower()
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return f"{(parts.hostname or '').lower()}:{port}"
     except ValueError:
         return ""
 
