@@ -1,12 +1,12 @@
 """Claiming runs for delivery: the conditional flip `queued -> running`, the run lease, and the
-job's concurrency policy."""
+job's concurrency policy. The leases of runs in flight are renewed by the delivery window
+(apps/delivery/window.py)."""
 
 import logging
-import threading
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
@@ -113,38 +113,3 @@ def _apply_concurrency_policy(run: JobRun, policy: str, *, now: datetime) -> boo
         status_reason=f"Replaced by run {run.id} (concurrency_policy 'replace').",
     )
     return True
-
-
-class LeaseRenewer:
-    """Renews the leases of in-flight runs from a background thread while requests are out, so
-    a worker that dies is noticed within one lease, however long the job's timeout."""
-
-    def __init__(self, run_ids: list, *, owner: str):
-        self.run_ids = run_ids
-        self.owner = owner
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="lease-renewer", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self):
-        # A failed renewal (the database restarting) must not end renewing: the next one, once
-        # the database answers, keeps the leases before the sweep may judge them expired (the
-        # sweep gives a restarted database a renewal period first: recover_expired_leases).
-        try:
-            while not self._stop.wait(settings.CHIME_RUN_LEASE_RENEW_SECONDS):
-                try:
-                    JobRun.objects.filter(id__in=self.run_ids, status=RunStatus.RUNNING, lease_owner=self.owner).update(
-                        lease_expires_at=lease_expiry()
-                    )
-                except Exception as exc:
-                    logger.warning("renewing %d run leases failed (%s); trying again", len(self.run_ids), exc)
-                    connection.close()
-        finally:
-            connection.close()  # this thread's own connection

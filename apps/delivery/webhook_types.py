@@ -23,15 +23,6 @@ EXCERPT_BYTES = 4096
 #: connection can go back to the keep-alive pool; beyond it the connection is
 #: closed instead (a huge body is never downloaded).
 DRAIN_LIMIT_BYTES = 64 * 1024
-#: Extra time on top of ``timeout_seconds`` before our own watchdog fires
-#: (aiohttp's ClientTimeout(total=...) normally fires first).
-_WATCHDOG_SLACK_SECONDS = 2.0
-#: How often send_many polls its ``abandon`` callable.
-_ABANDON_POLL_SECONDS = 0.25
-#: Seconds an idle keep-alive connection is kept in the pool.
-KEEPALIVE_SECONDS = 30.0
-#: Seconds a (checked) DNS answer is cached by the connector.
-DNS_CACHE_SECONDS = 30
 
 
 @dataclass

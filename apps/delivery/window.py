@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from apps.core.dbretry import TRANSIENT, with_db_retry
@@ -39,7 +39,6 @@ from apps.jobs.models import JobRun, RunStatus
 from .claiming import claim_runs, lease_expiry
 from .draining import grace_over, is_draining, start_draining
 from .enqueue import by_priority, publish_runs
-from .outcomes import record_outcomes
 from .preparing import (
     DeliveryReport,
     HandBack,
@@ -50,6 +49,7 @@ from .preparing import (
     hand_back,
     still_mine,
 )
+from .recording import record_in_lock_order
 from .transport import ERROR_INTERRUPTED, get_transport
 from .webhook_types import WebhookRequest, WebhookResponse, failed_response
 
@@ -170,10 +170,6 @@ class Window:
         with self._cond:
             return len(self._flights)
 
-    def parked(self) -> int:
-        with self._cond:
-            return len(self._parked)
-
     # -- admission ---------------------------------------------------------------------------
 
     def admit(self, run_ids: list[str], *, ticket: Ticket | None = None) -> DeliveryReport:
@@ -232,10 +228,23 @@ class Window:
 
     def _launch(self, rows: list[Row], *, ticket: Ticket | None, handing_back_ok: bool) -> int:
         """Claim the rows (their slots are taken), then start a request for each claimed run.
-        Returns how many were claimed."""
-        owner = delivery_owner()
+        Returns how many were claimed. Whatever happens, every row ends either in flight or
+        released (its slot freed, its ticket told): a slot never leaks."""
         by_id = {row.run_id: row for row in rows}
+        try:
+            return self._claim_and_start(by_id, ticket=ticket, handing_back_ok=handing_back_ok)
+        finally:
+            self._release(list(by_id.values()))  # what was neither started nor released: a failure
+
+    def _claim_and_start(self, by_id: dict, *, ticket: Ticket | None, handing_back_ok: bool) -> int:
+        """Pops each row from `by_id` once it is released or in flight; `_launch` releases what
+        is left if this raises."""
+        owner = delivery_owner()
         report = ticket.report if ticket is not None else DeliveryReport()
+
+        def release(run_ids, outcomes=None):
+            self._release([by_id.pop(i) for i in list(run_ids) if i in by_id], outcomes)
+
         try:
             runs = with_db_retry(
                 lambda: claim_runs(list(by_id), owner=owner, now=timezone.now()),
@@ -243,14 +252,13 @@ class Window:
                 deadline_seconds=_patience(),
             )
         except TRANSIENT as exc:
-            self._free(rows)
-            self._settle_rows(rows)
+            release(list(by_id))
             if handing_back_ok:
                 raise HandBack("database unavailable while claiming") from exc
             return 0  # left `queued`: the message is back with the broker or the sweep finds them
         claimed_at = time.monotonic()
         claimed = {str(run.id) for run in runs}
-        self._release([row for row in rows if row.run_id not in claimed])
+        release(set(by_id) - claimed)
         if ticket is not None:
             with ticket._lock:
                 ticket.report.claimed += len(runs)
@@ -268,31 +276,39 @@ class Window:
                 )
         except TRANSIENT:
             to_send = []  # the database stayed away: the leases expire and the sweep recovers the runs
-        sending = {str(run.id) for run in to_send}
-        self._release([by_id[i] for i in claimed - sending])
+        release(claimed - {str(run.id) for run in to_send})
         if to_send and is_draining():
             hand_back(to_send, owner=owner)
-            self._release([by_id[i] for i in sending], {"handed_back": len(to_send)})
+            release([str(run.id) for run in to_send], {"handed_back": len(to_send)})
             return len(runs)
         now = timezone.now()
         transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
         for run in to_send:
-            row = by_id[str(run.id)]
+            run_id = str(run.id)
             try:
                 request = build_request(run, secrets=secrets[run.tenant_id], now=now)
             except Exception as exc:
                 logger.warning("run %s: request could not be built: %s", run.id, type(exc).__name__)
-                with_db_retry(
-                    lambda run=run, exc=exc: fail_unbuildable(run, exc, owner=owner, now=timezone.now()),
-                    what="failing an unbuildable run",
-                    deadline_seconds=_patience(),
-                )
-                self._release([row], {RunStatus.FAILED: 1})
+                try:
+                    with_db_retry(
+                        lambda run=run, exc=exc: fail_unbuildable(run, exc, owner=owner, now=timezone.now()),
+                        what="failing an unbuildable run",
+                        deadline_seconds=_patience(),
+                    )
+                except Exception:
+                    logger.exception("run %s: could not record why it failed; the lease sweep takes over", run.id)
+                release([run_id], {RunStatus.FAILED: 1})
                 continue
-            flight = Flight(row=row, run=run, request=request, owner=owner)
+            flight = Flight(row=by_id[run_id], run=run, request=request, owner=owner)
             with self._cond:
-                self._flights[row.run_id] = flight
-            flight.future = transport.submit(request)
+                self._flights[run_id] = flight
+            try:
+                flight.future = transport.submit(request)
+            except Exception:
+                with self._cond:
+                    del self._flights[run_id]
+                raise  # `_launch` releases it and the rest; the lease sweep retries the runs
+            del by_id[run_id]  # in flight: the recorder releases it
             flight.future.add_done_callback(lambda future, flight=flight: self._landed(flight, future))
         return len(runs)
 
@@ -457,23 +473,6 @@ class Window:
             while self._slots and time.monotonic() < deadline:
                 self._cond.wait(POLL_SECONDS)
         self._stop.set()
-
-
-def record_in_lock_order(deliveries: list[tuple], *, owner: str) -> dict[str, int]:
-    """record_outcomes under the one lock order (docs/architecture.md#lock-order): the runs' jobs
-    first (FOR KEY SHARE, by id: it waits for a pause, update or delete holding the job, and lets
-    other recorders through), then the runs. Recording locks runs and then updates their jobs
-    (failure counter, 410 Gone, circuit breaker); without the job lock first, that is the
-    inversion that deadlocked against a delete (job, then its runs)."""
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            job_ids = sorted({str(run.definition_id) for run, _, _ in deliveries})
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT id FROM jobs_jobdefinition WHERE id = ANY(%s::uuid[]) ORDER BY id FOR KEY SHARE",
-                    [job_ids],
-                )
-        return record_outcomes(deliveries, owner=owner, now=timezone.now())
 
 
 def _patience() -> float:

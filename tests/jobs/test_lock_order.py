@@ -12,8 +12,8 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from apps.delivery.claiming import claim_runs
+from apps.delivery.recording import record_in_lock_order
 from apps.delivery.webhook_types import WebhookRequest, WebhookResponse
-from apps.delivery.window import record_in_lock_order
 from apps.jobs.models import JobDefinition, JobRun, RunStatus
 from apps.jobs.services import JobActionError, job_delete, job_pause, job_update, run_cancel
 from tests.factories import JobFactory
