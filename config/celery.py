@@ -61,3 +61,13 @@ def _tell_children_to_drain(**kwargs):
     for child in active_children():
         with contextlib.suppress(ProcessLookupError, TypeError):
             os.kill(child.pid, signal.SIGTERM)
+
+
+@signals.worker_process_shutdown.connect
+def _drain_the_delivery_window(**kwargs):
+    """A child's tasks return once their runs are admitted, so the child may be told to exit
+    with requests still in flight: they get the shutdown grace, their outcomes are recorded, and
+    parked runs go back to the broker before the process ends (apps/delivery/window.py)."""
+    from apps.delivery.window import drain_window
+
+    drain_window()

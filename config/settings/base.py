@@ -285,3 +285,13 @@ CHIME_WORKER_SHUTDOWN_GRACE_SECONDS = env.float("CHIME_WORKER_SHUTDOWN_GRACE_SEC
 # A worker rides out a database outage this long while it holds claimed runs or unrecorded
 # outcomes (apps/core/dbretry.py); past it, the runs' leases expire and the sweep takes over.
 CHIME_WORKER_DB_RETRY_SECONDS = env.float("CHIME_WORKER_DB_RETRY_SECONDS", default=120.0)
+
+# Delivery window (apps/delivery/window.py, docs/architecture.md#the-delivery-window): requests in
+# flight per worker process, and the share one tenant or one endpoint host may hold of them. A
+# tenant's share of 50 gives ~150 runs/s against an endpoint with a 150 ms median (p99 2 s) while
+# a tenant whose endpoint hangs holds at most a quarter of the window. Runs over their share wait
+# parked in memory (still `queued`), at most CHIME_WORKER_MAX_PARKED per process.
+CHIME_WORKER_MAX_IN_FLIGHT = env.int("CHIME_WORKER_MAX_IN_FLIGHT", default=200)
+CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT", default=50)
+CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST", default=50)
+CHIME_WORKER_MAX_PARKED = env.int("CHIME_WORKER_MAX_PARKED", default=1000)
