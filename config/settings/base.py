@@ -285,3 +285,11 @@ CHIME_WORKER_SHUTDOWN_GRACE_SECONDS = env.float("CHIME_WORKER_SHUTDOWN_GRACE_SEC
 # A worker rides out a database outage this long while it holds claimed runs or unrecorded
 # outcomes (apps/core/dbretry.py); past it, the runs' leases expire and the sweep takes over.
 CHIME_WORKER_DB_RETRY_SECONDS = env.float("CHIME_WORKER_DB_RETRY_SECONDS", default=120.0)
+
+# --- Scheduler: failing steps hand partitions over (issue #10) -------------------------------
+# apps/scheduler/leases.py StepFailures: after this many failed steps
+# in a row a scheduler releases its partitions and takes none for STAND_DOWN seconds (doubled on
+# each stand-down without a working step, up to MAX), so a healthy scheduler takes over. 0: never.
+CHIME_SCHEDULER_MAX_FAILED_STEPS = env.int("CHIME_SCHEDULER_MAX_FAILED_STEPS", default=5)
+CHIME_SCHEDULER_STAND_DOWN_SECONDS = env.float("CHIME_SCHEDULER_STAND_DOWN_SECONDS", default=30.0)
+CHIME_SCHEDULER_MAX_STAND_DOWN_SECONDS = env.float("CHIME_SCHEDULER_MAX_STAND_DOWN_SECONDS", default=600.0)
