@@ -11,7 +11,6 @@ import pytest
 from django.db import connection
 
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
-from apps.scheduler.quarantine import quarantine_reason
 from apps.scheduler.services import materialize_due_runs
 from apps.tenants.models import Role
 from apps.tenants.services import tenant_create
@@ -101,6 +100,7 @@ def test_poisoned_rows_are_paused_and_the_rest_of_the_batch_materializes_in_the_
 
 def test_the_reason_reads_as_a_sentence():
     from apps.jobs.schedules import parse_timezone
+    from apps.scheduler.quarantine import quarantine_reason
 
     with pytest.raises(Exception) as raised:
         parse_timezone("Mars/Olympus")
