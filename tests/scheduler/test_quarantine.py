@@ -5,6 +5,7 @@ Bad rows are planted with raw SQL, the way they appear in real life: validation 
 """
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -188,6 +189,9 @@ def test_the_dashboard_shows_the_reason_and_refuses_a_resume_with_the_error(tena
     detail = client.get(f"/jobs/{quarantined.id}/").content.decode()
     assert "unknown time zone &#x27;Mars/Olympus&#x27;" in detail
 
+    edit = client.get(f"/jobs/{quarantined.id}/edit/")
+    assert edit.status_code == 200, "the job can be opened for fixing"
+
     row = client.post(f"/jobs/{quarantined.id}/resume/", HTTP_HX_REQUEST="true").content.decode()
     assert 'role="alert"' in row and "Unknown time zone &#x27;Mars/Olympus&#x27;" in row
     quarantined.refresh_from_db()
@@ -199,3 +203,51 @@ def test_a_paused_job_with_a_valid_schedule_resumes_as_before(api, tenant):
     JobDefinition.objects.filter(id=job.id).update(status=JobStatus.PAUSED, status_reason="Paused by the API.")
     response = api.post(f"/api/v1/jobs/{job.id}/resume")
     assert response.status_code == 200 and response.json()["status"] == "active"
+
+
+# --------------------------------------------------------------------------- failing steps
+
+
+def test_a_scheduler_whose_steps_keep_failing_releases_its_partitions_and_stays_out_for_a_while():
+    from apps.scheduler.leases import LeaseKeeper, StepFailures, ensure_lease_rows
+    from apps.scheduler.models import SchedulerLease, SchedulerNode
+
+    ensure_lease_rows()
+    failing = LeaseKeeper(candidates=ALL, pinned=False)
+    failing.refresh()
+    assert len(failing.held) == 64
+    failures = StepFailures(limit=3, rest_seconds=0.5, max_rest_seconds=600)
+
+    assert failures.failed(failing) is None and failures.failed(failing) is None
+    assert SchedulerLease.objects.filter(owner=failing.owner).count() == 64, "two failures: still holding"
+    assert failures.failed(failing) == 0.5
+    assert failing.held == {} and not SchedulerLease.objects.filter(owner=failing.owner).exists()
+    assert not SchedulerNode.objects.filter(owner=failing.owner).exists(), "out of the others' fair share"
+
+    failing.refresh()  # resting: takes nothing back, no heartbeat
+    assert failing.held == {} and not SchedulerNode.objects.filter(owner=failing.owner).exists()
+    healthy = LeaseKeeper(candidates=ALL, pinned=False)
+    healthy.refresh()
+    assert len(healthy.held) == 64, "another scheduler takes every partition over"
+
+    healthy.release_all()  # alone again: after the rest the failing one takes them back ...
+    time.sleep(0.6)
+    failing.refresh()
+    assert len(failing.held) == 64
+    for _ in range(3):
+        rest = failures.failed(failing)
+    assert rest == 1.0, "... and a second stand-down without a working step in between lasts twice as long"
+    failures.succeeded(worked=True)
+    time.sleep(1.1)
+    failing.refresh()
+    for _ in range(3):
+        rest = failures.failed(failing)
+    assert rest == 0.5, "a step that worked resets the rest"
+
+
+def test_a_failing_step_without_partitions_has_nothing_to_release():
+    from apps.scheduler.leases import LeaseKeeper, StepFailures
+
+    idle = LeaseKeeper(candidates=ALL, pinned=False)  # never refreshed: holds nothing
+    failures = StepFailures(limit=1, rest_seconds=30, max_rest_seconds=600)
+    assert failures.failed(idle) is None and not idle.resting
