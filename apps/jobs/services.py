@@ -11,7 +11,7 @@ from apps.core.events import runs_changed_on_commit
 from apps.tenants.models import Tenant
 
 from .models import UNSTARTED_RUN_STATUSES, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
-from .planning import insert_run_rows, insert_runs, plan_definition, run_rows_from_plan
+from .planning import insert_run_rows, insert_runs, plan_definition, run_rows_from_plan, schedule_problem
 
 
 def next_fire_after(definition: JobDefinition, after: datetime) -> datetime | None:
@@ -62,16 +62,29 @@ def job_pause(*, job: JobDefinition) -> JobDefinition:
     return job
 
 
+class InvalidSchedule(JobActionError):
+    """The job's stored schedule cannot be evaluated (HTTP 400 on `field`): resuming it would only
+    have the scheduler quarantine it again (apps/scheduler/quarantine.py)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
 @transaction.atomic
 def job_resume(*, job: JobDefinition) -> JobDefinition:
     """Schedule again. Occurrences that fell in the pause are handled by the job's misfire policy;
-    those that do not fire are recorded as skipped with the reason that the job was paused."""
+    those that do not fire are recorded as skipped with the reason that the job was paused.
+    A schedule the scheduler could not plan (a quarantined job not fixed yet) is refused."""
     job = JobDefinition.objects.select_for_update().get(pk=job.pk)
     if job.status == JobStatus.ACTIVE:
         return job
     if job.status != JobStatus.PAUSED:
         raise JobActionError(f"A {job.status} job cannot be resumed.")
     now = timezone.now()
+    problem = schedule_problem(job, now=now)
+    if problem is not None:
+        raise InvalidSchedule(problem.field, problem.message)
     job.status, job.status_reason, job.paused_at = JobStatus.ACTIVE, "", None
     job.consecutive_failures = 0  # resuming resets the circuit breaker
     if job.next_fire_at is not None and job.next_fire_at <= now:

@@ -295,3 +295,11 @@ CHIME_WORKER_MAX_IN_FLIGHT = env.int("CHIME_WORKER_MAX_IN_FLIGHT", default=200)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT", default=50)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST", default=50)
 CHIME_WORKER_MAX_PARKED = env.int("CHIME_WORKER_MAX_PARKED", default=1000)
+
+# --- Scheduler: failing steps hand partitions over (issue #10) -------------------------------
+# apps/scheduler/leases.py StepFailures: after this many failed steps
+# in a row a scheduler releases its partitions and takes none for STAND_DOWN seconds (doubled on
+# each stand-down without a working step, up to MAX), so a healthy scheduler takes over. 0: never.
+CHIME_SCHEDULER_MAX_FAILED_STEPS = env.int("CHIME_SCHEDULER_MAX_FAILED_STEPS", default=5)
+CHIME_SCHEDULER_STAND_DOWN_SECONDS = env.float("CHIME_SCHEDULER_STAND_DOWN_SECONDS", default=30.0)
+CHIME_SCHEDULER_MAX_STAND_DOWN_SECONDS = env.float("CHIME_SCHEDULER_MAX_STAND_DOWN_SECONDS", default=600.0)
