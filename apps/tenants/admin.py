@@ -3,7 +3,8 @@
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from .models import ApiKey, Membership, Tenant
+from . import quotas
+from .models import ApiKey, Membership, Tenant, TenantLimits
 
 
 class MembershipInline(admin.TabularInline):
@@ -14,12 +15,31 @@ class MembershipInline(admin.TabularInline):
     readonly_fields = ["created_at"]
 
 
+class TenantLimitsInline(admin.StackedInline):
+    """Per-tenant overrides of the quotas; a blank field keeps the setting's default."""
+
+    model = TenantLimits
+    extra = 1
+    max_num = 1
+    verbose_name_plural = "limits (blank: the default from settings)"
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        defaults = quotas.default_limits()
+        for name, field in formset.form.base_fields.items():
+            default = getattr(defaults, "api_rate" if name == "api_rate_limit" else name, None)
+            if default is not None:
+                setting = quotas.LIMIT_SETTINGS["api_rate" if name == "api_rate_limit" else name]
+                field.help_text = f"{field.help_text} Default: {default} ({setting}).".strip()
+        return formset
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     readonly_fields = ["id", "created_at"]
-    inlines = [MembershipInline]
+    inlines = [TenantLimitsInline, MembershipInline]
 
 
 @admin.register(Membership)
