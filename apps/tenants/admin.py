@@ -1,6 +1,7 @@
 """Django admin for staff: tenants, memberships, API keys (never a raw key: only prefixes exist)."""
 
 from django.contrib import admin, messages
+from django.http import HttpResponse
 from django.utils import timezone
 
 from . import quotas
@@ -68,3 +69,26 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke_selected(self, request, queryset):
         revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {revoked} API key(s).", messages.SUCCESS)
+
+
+_admin_login = admin.site.login
+
+
+def throttled_admin_login(request, extra_context=None):
+    """The admin's login form counts against the same per-account and per-address limits as the
+    dashboard's (apps/tenants/quotas.py): staff accounts are worth the most to a guesser."""
+    if request.method == "POST":
+        decision = quotas.take_login_attempt(
+            username=request.POST.get("username", ""), address=quotas.client_address(request.META)
+        )
+        if not decision.allowed:
+            minutes = max(1, -(-decision.retry_after_seconds // 60))
+            response = HttpResponse(
+                f"Too many login attempts. Try again in {minutes} minute(s).", status=429, content_type="text/plain"
+            )
+            response["Retry-After"] = str(decision.retry_after_seconds)
+            return response
+    return _admin_login(request, extra_context)
+
+
+admin.site.login = throttled_admin_login

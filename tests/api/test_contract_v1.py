@@ -205,7 +205,7 @@ def test_rate_limit_is_per_tenant_with_retry_after(api, other_api, settings):
     assert limited.status_code == 429
     assert int(limited.headers["Retry-After"]) > 0
     assert limited.json()["error"]["code"] == "throttled"
-    assert other_api.get("/api/v1/jobs").status_code == 200, "another tenant has its own budget (tests/api/test_throttle.py)"
+    assert other_api.get("/api/v1/jobs").status_code == 200, "another tenant has its own budget"
     cache.clear()
 
 

@@ -126,3 +126,14 @@ def test_password_reset_is_throttled_per_address_for_unknown_accounts_too(owner,
     assert [reset(f"nobody{i}@x.test").status_code for i in range(2)] == [302, 302]
     assert_throttled(reset("owner@acme.test"))
     assert not mail.outbox
+
+
+def test_the_admin_login_shares_the_login_limits(owner, settings):
+    settings.CHIME_LOGIN_RATE_PER_ACCOUNT = "2/15min"
+    login("owner@acme.test", "wrong")
+    Client(REMOTE_ADDR="203.0.113.1").post("/admin/login/", {"username": "owner@acme.test", "password": "wrong"})
+    refused = Client(REMOTE_ADDR="203.0.113.2").post(
+        "/admin/login/", {"username": "owner@acme.test", "password": PASSWORD}
+    )
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    assert_throttled(login("owner@acme.test", PASSWORD, address="203.0.113.3")[1])
