@@ -303,3 +303,51 @@ def test_a_slot_whose_holder_died_expires(tenant, settings):
     # Time passes on the Redis clock: rewrite the dead slot's expiry to a moment past.
     client.zadd(key, {"dead-process-socket": 1})
     assert quotas.live_connection_acquire(tenant.pk, "new-socket")
+
+
+# --- the admin ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def staff(db):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user = get_user_model().objects.create_superuser("staff", "staff@chime.test", "pw-Chime-2026!")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def admin_form(tenant, **limits) -> dict:
+    data = {
+        "slug": tenant.slug,
+        "name": tenant.name,
+        "limits-TOTAL_FORMS": "1",
+        "limits-INITIAL_FORMS": "0",
+        "limits-MIN_NUM_FORMS": "0",
+        "limits-MAX_NUM_FORMS": "1",
+        "limits-0-tenant": str(tenant.pk),
+        "memberships-TOTAL_FORMS": "0",
+        "memberships-INITIAL_FORMS": "0",
+        "memberships-MIN_NUM_FORMS": "0",
+        "memberships-MAX_NUM_FORMS": "1000",
+    }
+    data.update({f"limits-0-{name}": str(value) for name, value in limits.items()})
+    return data
+
+
+def test_staff_override_a_tenants_limits_in_the_admin_and_see_the_defaults(staff, tenant, api, settings):
+    url = f"/admin/tenants/tenant/{tenant.pk}/change/"
+    html = staff.get(url).content.decode()
+    assert f"Default: {settings.CHIME_QUOTA_MAX_JOBS} (CHIME_QUOTA_MAX_JOBS)" in html
+    bad = staff.post(url, admin_form(tenant, api_rate_limit="lots"))
+    assert bad.status_code == 200 and "is not a rate" in bad.content.decode()
+    assert staff.post(url, admin_form(tenant, max_jobs=1, api_rate_limit="2/min")).status_code == 302
+    assert (quotas.effective_limits(tenant.pk).max_jobs, str(quotas.effective_limits(tenant.pk).api_rate)) == (
+        1,
+        "2/min",
+    )
+    assert create_job(api).status_code == 201
+    assert_refused(create_job(api), 403, "max_jobs", 1)
+    assert_refused(api.get("/api/v1/jobs"), 429, "api_rate", "2/min")  # its third request in a minute
