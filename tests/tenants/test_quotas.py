@@ -259,6 +259,23 @@ def test_a_lowered_retry_limit_binds_a_job_when_its_retry_policy_changes_only(ap
     assert_refused(lowered, 400, "max_retry_attempts", 3)
 
 
+def test_the_dashboard_refuses_triggers_over_the_rate_and_retry_limits_on_the_form(api, tenant, settings):
+    settings.CHIME_QUOTA_TRIGGERS_PER_MINUTE = 1
+    job = create_job(api).json()  # 5 attempts
+    settings.CHIME_QUOTA_MAX_RETRY_ATTEMPTS = 8
+    client = logged_in(make_user("owner@acme.test", tenant, Role.OWNER))
+    client.post(f"/jobs/{job['id']}/trigger/")
+    refused = client.post(f"/jobs/{job['id']}/trigger/", follow=True)
+    assert "triggers_per_minute" in refused.content.decode()
+    assert JobRun.objects.filter(definition_id=job["id"]).count() == 1
+    edit = client.get(f"/jobs/{job['id']}/edit/").context["form"].initial
+    form = {name: value for name, value in edit.items() if value is not None and value is not False}
+    response = client.post(f"/jobs/{job['id']}/edit/", {**form, "retry_max_attempts": "9"})
+    assert response.status_code == 200
+    assert "max_retry_attempts" in " ".join(response.context["form"].errors["retry_max_attempts"])
+    assert JobDefinition.objects.get(pk=job["id"]).retry_max_attempts == 5
+
+
 # --- live dashboard connections ----------------------------------------------------------------
 
 
