@@ -153,3 +153,22 @@ def test_concurrent_hits_never_pass_more_than_the_limit(backend, settings):
     for thread in threads:
         thread.join(60)
     assert allowed.count(True) == 50 and len(allowed) == 320
+
+
+def test_with_redis_unreachable_the_limit_fails_open_and_says_so(api, caplog):
+    """A Redis outage must not lock every tenant out of the API: requests pass, with a warning.
+    The process's Redis client is pointed at a port where nothing listens."""
+    import os
+
+    from apps.core import events
+
+    with events._client_lock:
+        saved = events._client, events._client_pid
+        events._client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+        events._client_pid = os.getpid()
+    try:
+        assert api.get("/api/v1/jobs").status_code == 200
+    finally:
+        with events._client_lock:
+            events._client, events._client_pid = saved
+    assert "not checked: Redis unavailable" in caplog.text
