@@ -103,7 +103,14 @@ def revision(code: Path) -> str:
             ["git", "-C", str(code), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
-        return f"{branch} {head}" + (" (+ uncommitted changes)" if dirty else "")
+        ahead = subprocess.run(
+            ["git", "-C", str(code), "rev-list", "--count", "main..HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        base = subprocess.run(
+            ["git", "-C", str(code), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=False
+        ).stdout.strip()[:7]
+        relation = f", main {base} + {ahead} commits" if ahead and base else ""
+        return f"{branch} {head}{relation}" + (" (+ uncommitted changes)" if dirty else "")
     except (subprocess.CalledProcessError, OSError):
         return str(code)
 
