@@ -27,8 +27,9 @@ from bench.isolation.harness import FULL, QUICK, ROOT, run
 from bench.isolation.report import markdown, summarize
 
 
-def header(command: str) -> str:
-    info = machine_info()
+def header(command: str, result: dict) -> str:
+    info = {k: v for k, v in machine_info().items() if not k.startswith("PostgreSQL") and k != "Redis"}
+    info.update(result.get("servers", {}))
     return "\n".join(
         ["# Chime benchmark results", "", f"Command: `{command}` (from the repository root).", "",
          table(["", ""], [[k, v] for k, v in info.items()]), ""]
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text, flush=True)
     if args.md:
         md = Path(args.md)
-        prefix = "" if md.exists() and md.stat().st_size else header(command.strip()) + "\n"
+        prefix = "" if md.exists() and md.stat().st_size else header(command.strip(), result) + "\n"
         with md.open("a") as fh:
             fh.write(prefix + text + "\n")
     if args.json:

@@ -55,7 +55,7 @@ class Sizes:
     raw_requests: int = 5000
     raw_in_flight: int = 200
     check_requests: int = 1000  # client-side check of the realistic profile
-    check_in_flight: int = 500
+    check_in_flight: int = 100  # well under the ceiling: measures the profile, not client queueing
     concurrency: int = 2  # WORKER_CONCURRENCY for the Procfile's worker line
     rounds: int = 2
     seed: int = 1
@@ -79,6 +79,14 @@ TINY = replace(
     other_offset=0.5, other_step=0.3, raw_requests=300, raw_in_flight=50, check_requests=60, check_in_flight=60,
     rounds=1, lead=2.0, deadline=60.0,
 )  # fmt: skip
+
+
+def load_average() -> str:
+    """/proc/loadavg's 1, 5 and 15 minute averages: how busy the shared machine was."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 def procfile(code: Path) -> dict[str, str]:
@@ -109,7 +117,7 @@ def revision(code: Path) -> str:
         base = subprocess.run(
             ["git", "-C", str(code), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=False
         ).stdout.strip()[:7]
-        relation = f", main {base} + {ahead} commits" if ahead and base else ""
+        relation = f", main {base} + {ahead} commits" if ahead not in ("", "0") and base else ""
         return f"{branch} {head}{relation}" + (" (+ uncommitted changes)" if dirty else "")
     except (subprocess.CalledProcessError, OSError):
         return str(code)
@@ -183,6 +191,21 @@ class Cluster:
         import psycopg
 
         return psycopg.connect(self.pg.dsn(DATABASE), autocommit=True)
+
+    def describe_servers(self) -> dict[str, str]:
+        """The private servers' versions and the settings that matter for speed (not the machine's)."""
+        with self.connect() as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]
+            names = ("shared_buffers", "fsync", "synchronous_commit", "full_page_writes")
+            settings = ", ".join(f"{n}={conn.execute(f'SHOW {n}').fetchone()[0]}" for n in names)
+        import redis
+
+        client = redis.Redis.from_url(self.redis.url)
+        try:
+            redis_version = client.info("server")["redis_version"]
+        finally:
+            client.close()
+        return {"PostgreSQL (private)": version, "PostgreSQL settings": settings, "Redis (private)": redis_version}
 
     def crashed(self) -> dict[str, int]:
         return {p.name: p.popen.returncode for p in self.processes if not p.alive()}
@@ -362,9 +385,12 @@ def run(sizes: Sizes, *, code: Path = ROOT, log_dir: Path | None = None, log=pri
         template = build_template(workspace, log_dir, code)
         cluster = Cluster(workspace, log_dir, template=template, code=code, sizes=sizes)
         cluster.start()
+        result["servers"] = cluster.describe_servers()
         result["started_at"] = datetime.now().astimezone().isoformat(timespec="seconds")
+        result["load_average"] = [load_average()]
         for number in range(1, sizes.rounds + 1):
             result["rounds"].append(run_round(cluster, number, log))
+        result["load_average"].append(load_average())
         result["crashed"] = cluster.crashed()
     finally:
         if cluster is not None:

@@ -116,14 +116,17 @@ def _spread(values: list) -> str:
 
 def markdown(result: dict, summary: dict, command: str) -> str:
     s = result["sizes"]
+    servers = result.get("servers", {})
     rounds = summary["rounds"]
     lines = [
         "## Isolation: endpoint latency and a slow tenant",
         "",
         f"Command: `{command}`. Code: {result['revision']} (`{result['code']}`). {os.cpu_count()} cores, "
-        f"**shared with 4 other helpers' builds and tests while this ran** ({result.get('started_at', '?')}): "
-        "compare ratios within a round, not absolute rates across runs. Private PostgreSQL 15 "
-        "(fsync off) and Redis; the tree's Procfile `scheduler` and `worker` "
+        f"**shared with 4 other helpers' builds and tests while this ran** (from {result.get('started_at', '?')}; "
+        f"load average {' then '.join(result.get('load_average', []))}): "
+        "compare ratios within a round, not absolute rates across runs. Private PostgreSQL "
+        f"{servers.get('PostgreSQL (private)', '15')} ({servers.get('PostgreSQL settings', 'fsync=off')}) and Redis "
+        f"{servers.get('Redis (private)', '')}; the tree's Procfile `scheduler` and `worker` "
         f"(`{result['worker_command']}`, WORKER_CONCURRENCY={s['concurrency']}) with production "
         f"settings and defaults. Realistic endpoint: {result['profile']}; jobs time out after "
         f"{s['timeout_seconds']} s and have one attempt.",
