@@ -322,3 +322,8 @@ CHIME_PASSWORD_RESET_RATE_PER_ADDRESS = env.str("CHIME_PASSWORD_RESET_RATE_PER_A
 # Proxies in front of the web process that append the client's address to X-Forwarded-For: 0
 # here (REMOTE_ADDR is the client); config/settings/production.py defaults to 1 (the PaaS router).
 CHIME_TRUSTED_PROXY_HOPS = env.int("CHIME_TRUSTED_PROXY_HOPS", default=0)
+
+# Header secrecy (apps/jobs/secrets.py): Fernet keys for target header values at rest, comma
+# separated; the first encrypts, every one decrypts (rotation: put a new key first, run
+# `manage.py rotate_field_keys`, then drop the old one). Empty: a key derived from SECRET_KEY.
+CHIME_FIELD_ENCRYPTION_KEYS = env.list("CHIME_FIELD_ENCRYPTION_KEYS", default=[])

@@ -114,7 +114,7 @@ class JobViewSet(TenantViewSet):
         job = self.job()
         if not isinstance(request.data, dict):
             raise ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        serializer = JobInputSerializer(data={**job_as_input(job), **request.data})
+        serializer = JobInputSerializer(data={**job_as_input(job), **request.data}, context={"job": job})
         serializer.is_valid(raise_exception=True)
         try:
             job = services.job_update(job=job, **serializer.to_model_fields())

@@ -96,7 +96,7 @@ def job_create(request):
 def job_edit(request, job_id):
     job = job_or_404(request, job_id)
     if request.method == "POST":
-        form = JobForm(request.POST)
+        form = JobForm(request.POST, job=job)
         if form.is_valid():
             # PATCH /api/v1/jobs/{id}'s service: schedule changes recompute next_fire_at and
             # cancel the runs of the old schedule that have not started.
