@@ -14,5 +14,5 @@ class TenantRateThrottle(BaseThrottle):
         tenant = getattr(request.user, "tenant", None)
         if tenant is None:
             return True  # not authenticated: refused before any budget is spent
-        quotas.take_api_request(tenant.pk)
+        quotas.take_api_request(tenant)
         return True

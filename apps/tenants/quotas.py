@@ -51,10 +51,16 @@ def default_limits() -> Limits:
     return Limits(**values)
 
 
-def effective_limits(tenant_id) -> Limits:
-    """The settings' defaults with the tenant's admin overrides (blank fields keep the default)."""
+def effective_limits(tenant) -> Limits:
+    """The settings' defaults with the tenant's admin overrides (blank fields keep the default).
+    `tenant`: an id, or a Tenant loaded with select_related("limits") (no query then: API key
+    authentication loads it so, and the rate limit needs it on every request)."""
     limits = default_limits()
-    override = TenantLimits.objects.filter(tenant_id=tenant_id).first()
+    relation = Tenant._meta.get_field("limits")
+    if isinstance(tenant, Tenant) and relation.is_cached(tenant):
+        override = relation.get_cached_value(tenant)
+    else:
+        override = TenantLimits.objects.filter(tenant_id=getattr(tenant, "pk", tenant)).first()
     if override is None:
         return limits
     values = {f.name: getattr(limits, f.name) for f in fields(Limits)}
@@ -156,10 +162,10 @@ def _raise_throttled(decision: Decision, *, limit: str, value, what: str) -> Non
         )
 
 
-def take_api_request(tenant_id) -> None:
+def take_api_request(tenant: Tenant) -> None:
     """One API request of the tenant, whichever key made it: the budget is the tenant's."""
-    rate = effective_limits(tenant_id).api_rate
-    decision = acquire(f"api:{tenant_id}", limit=rate.count, ttl_seconds=rate.seconds)
+    rate = effective_limits(tenant).api_rate
+    decision = acquire(f"api:{tenant.pk}", limit=rate.count, ttl_seconds=rate.seconds)
     _raise_throttled(decision, limit="api_rate", value=rate, what="Over this tenant's API rate limit")
 
 

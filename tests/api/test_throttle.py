@@ -172,3 +172,22 @@ def test_with_redis_unreachable_the_limit_fails_open_and_says_so(api, caplog):
         with events._client_lock:
             events._client, events._client_pid = saved
     assert "not checked: Redis unavailable" in caplog.text
+
+
+def test_the_limits_come_with_the_key_not_in_a_query_of_their_own(api, tenant):
+    from django.db import connection
+
+    from apps.tenants.models import TenantLimits
+
+    TenantLimits.objects.create(tenant=tenant, api_rate_limit="1/min")
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):  # the request's queries (reset_queries clears the log)
+        assert api.get("/api/v1/jobs").status_code == 200
+    assert api.get("/api/v1/jobs").status_code == 429, "the override was read"
+    reading_limits = [sql for sql in statements if "tenants_tenantlimits" in sql]
+    assert len(reading_limits) == 1 and "tenants_apikey" in reading_limits[0], "one query: the key's"
