@@ -25,6 +25,7 @@ from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_p
 from .fairness import fair_selection
 from .leases import LeaseKeeper
 from .models import SchedulerLease
+from .quarantine import quarantine_definitions
 from .sql import advance_definitions
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,8 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
     """Turn one batch of due definitions into runs and advance their `next_fire_at`.
 
     Returns (definitions processed, worst lag). A duplicate insert is a no-op, which is what makes
-    two schedulers on one partition harmless.
+    two schedulers on one partition harmless. A definition whose planning raises is paused with
+    its reason (apps/scheduler/quarantine.py) instead of failing the batch.
     """
     if not partitions:
         return 0, timedelta(0)
@@ -80,16 +82,25 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
         )
         if not definitions:
             return 0, timedelta(0)
-        runs, updates, lag = [], [], timedelta(0)
+        runs, updates, unplannable, lag = [], [], [], timedelta(0)
         for definition in definitions:
-            plan = plan_definition(definition, now=now)
+            # Planning is pure Python: a row that raises is set aside (no savepoint needed, and a
+            # try costs nothing on the common path), the rest of the batch goes on.
+            try:
+                plan = plan_definition(definition, now=now)
+                rows = list(run_rows_from_plan(definition, plan, now=now))
+            except Exception as error:  # any error of one row: quarantine it
+                unplannable.append((definition, error))
+                continue
             lag = max(lag, plan.lag)
-            runs.extend(run_rows_from_plan(definition, plan, now=now))
+            runs.extend(rows)
             last = max((r.scheduled_for for r in plan.runs), default=None)
             status = JobStatus.COMPLETED if plan.completed else JobStatus.ACTIVE
             updates.append((definition.id, plan.next_fire_at, status, last))
         insert_run_rows(runs, now=now)
         advance_definitions(updates, now=now)
+        if unplannable:
+            quarantine_definitions(unplannable, now=now)
     return len(definitions), lag
 
 

@@ -31,6 +31,14 @@ BackfillResultSerializer = inline_serializer(
 )
 
 
+def schedule_error_path(field: str) -> str:
+    """A schedule error's field in the job contract: the expression and zone live in `schedule`,
+    the DST policy at the top level (`dst_policy.gap`)."""
+    if field in ("expression", "timezone", "run_at"):
+        return f"schedule.{field}"
+    return field
+
+
 def conflict(error: Exception) -> Response:
     return error_response("conflict", str(error), status.HTTP_409_CONFLICT)
 
@@ -113,6 +121,8 @@ class JobViewSet(TenantViewSet):
         serializer.is_valid(raise_exception=True)
         try:
             job = services.job_update(job=job, **serializer.to_model_fields())
+        except services.InvalidSchedule as error:
+            raise ValidationError({schedule_error_path(error.field): [error.message]}) from error
         except services.JobActionError as error:
             return conflict(error)
         return self.detail_response(job)
@@ -135,6 +145,8 @@ class JobViewSet(TenantViewSet):
     def resume(self, request, pk=None):
         try:
             return self.detail_response(services.job_resume(job=self.job()))
+        except services.InvalidSchedule as error:
+            raise ValidationError({schedule_error_path(error.field): [error.message]}) from error
         except services.JobActionError as error:
             return conflict(error)
 

@@ -10,6 +10,7 @@ from apps.jobs import selectors, services
 from apps.jobs.listings import JOB_STATUS_FILTERS, job_history, job_with_last_run, jobs_with_last_run, runs_by_ids
 from apps.jobs.models import JobDefinition
 from apps.jobs.targets import NUL
+from apps.tenants.quotas import QuotaExceeded
 
 from ..access import manager_required, member_required
 from ..charts import run_durations
@@ -81,9 +82,13 @@ def job_create(request):
     if request.method == "POST":
         form = JobForm(request.POST)
         if form.is_valid():
-            job = services.job_create(tenant=request.tenant, **form.job_fields())
-            messages.success(request, f"Job '{job.name}' created.")
-            return redirect("dashboard:job_detail", job_id=job.id)
+            try:
+                job = services.job_create(tenant=request.tenant, **form.job_fields())
+            except QuotaExceeded as refusal:
+                form.add_error(refusal.field or None, refusal.message)
+            else:
+                messages.success(request, f"Job '{job.name}' created.")
+                return redirect("dashboard:job_detail", job_id=job.id)
     else:
         form = JobForm(initial={name: field.initial for name, field in JobForm.base_fields.items()})
     return _form_page(request, form)
@@ -101,6 +106,8 @@ def job_edit(request, job_id):
                 job = services.job_update(job=job, **form.job_fields())
             except services.JobActionError as error:
                 form.add_error(None, str(error))
+            except QuotaExceeded as refusal:
+                form.add_error(refusal.field or None, refusal.message)
             else:
                 messages.success(request, f"Job '{job.name}' saved.")
                 return redirect("dashboard:job_detail", job_id=job.id)
@@ -160,6 +167,8 @@ def job_trigger(request, job_id):
         run = services.job_trigger(job=job)
     except services.JobActionError as error:
         return _after_action(request, job_id, error=str(error))
+    except QuotaExceeded as refusal:
+        return _after_action(request, job_id, error=refusal.message)
     if request.htmx and request.htmx.target == "job-runs-head":
         # On the job's page: the new run goes on top of its runs, then updates live.
         (row,) = runs_by_ids(tenant=request.tenant, run_ids=[run.id])

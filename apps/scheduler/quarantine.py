@@ -1,0 +1,57 @@
+"""Quarantine: a definition the scheduler cannot plan is paused with a reason, not retried forever.
+
+One row whose planning raises (a zone tzdata no longer has, an expression an upgraded parser
+rejects, a corrupt field) must not roll back its batch: an ordered due-scan would pick the same
+row first again on every step and nothing behind it would ever fire. So the scheduler plans every
+row of a batch, sets the rows that raised aside, materializes the rest, and pauses those rows in
+the same transaction, with a `status_reason` the tenant can act on. Resuming such a job checks
+its schedule again (apps.jobs.services.job_resume).
+
+Safe with several schedulers: the rows are locked by the due-scan (`FOR UPDATE SKIP LOCKED`), and
+the pause is conditional on the row still being active, so a row is quarantined (and logged) once.
+"""
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+
+from apps.jobs.models import JobDefinition, JobStatus
+from apps.jobs.planning import planning_problem
+from apps.jobs.schedules import ScheduleError
+
+logger = logging.getLogger("apps.scheduler")
+
+REASON_PREFIX = "Paused by Chime: its schedule could not be evaluated: "
+REASON_SUFFIX = " Fix the schedule and resume the job."
+
+
+def quarantine_reason(error: Exception) -> str:
+    """'Paused by Chime: its schedule could not be evaluated: unknown time zone 'Mars/Olympus'. ...'
+    (at most 500 characters, JobDefinition.status_reason)."""
+    _, problem = planning_problem(error)
+    if isinstance(error, ScheduleError) and problem[:2].istitle():  # "Unknown ..." -> "unknown ...", not "IANA"
+        problem = problem[0].lower() + problem[1:]
+    if not problem.endswith((".", "!", "?")):
+        problem += "."
+    return f"{REASON_PREFIX}{problem}{REASON_SUFFIX}"
+
+
+def quarantine_definitions(failures: list[tuple[JobDefinition, Exception]], *, now: datetime) -> int:
+    """Pause each (definition, error) that is still active, inside the caller's transaction, and
+    log each one once, after commit (with job and tenant id; never the target or its headers).
+    Returns how many were paused. Rare path: one statement per row is fine."""
+    paused = 0
+    for definition, error in failures:
+        reason = quarantine_reason(error)
+        updated = JobDefinition.objects.filter(id=definition.id, status=JobStatus.ACTIVE).update(
+            status=JobStatus.PAUSED, status_reason=reason, paused_at=now, updated_at=now
+        )
+        if updated:
+            paused += 1
+            transaction.on_commit(
+                lambda d=definition, r=reason: logger.warning(
+                    "quarantined job %s of tenant %s: %s", d.id, d.tenant_id, r
+                )
+            )
+    return paused
