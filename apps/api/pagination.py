@@ -20,6 +20,25 @@ class IdCursorPagination(CursorPagination):
             raise ValidationError({"limit": [f"A whole number from 1 to {self.max_page_size}."]})
         return int(raw[0])
 
+    def get_schema_operation_parameters(self, view):
+        """The bounds the server enforces (get_page_size), so a client knows them too."""
+        return [
+            {
+                "name": self.cursor_query_param,
+                "required": False,
+                "in": "query",
+                "description": "Opaque: the `next` link of the previous page carries it.",
+                "schema": {"type": "string"},
+            },
+            {
+                "name": self.page_size_query_param,
+                "required": False,
+                "in": "query",
+                "description": f"Items per page (default {self.page_size}).",
+                "schema": {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
+            },
+        ]
+
     def get_paginated_response(self, data):
         return Response({"results": data, "next": self.get_next_link()})
 

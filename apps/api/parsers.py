@@ -21,4 +21,7 @@ class LimitedJSONParser(parsers.JSONParser):
         data = stream.read(limit + 1) if stream is not None else b""
         if len(data) > limit:
             raise PayloadTooLarge()
-        return super().parse(io.BytesIO(data), media_type, parser_context)
+        try:
+            return super().parse(io.BytesIO(data), media_type, parser_context)
+        except RecursionError:  # json's parser recurses per level: ~1,000 levels end it, a 400 not a 500
+            raise exceptions.ParseError("JSON parse error - nested too deeply.") from None

@@ -1,6 +1,6 @@
 """OpenAPI bits drf-spectacular cannot infer."""
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from rest_framework import serializers
 
 
@@ -29,3 +29,23 @@ class ErrorSerializer(serializers.Serializer):
 
 
 ERRORS = {status: ErrorSerializer for status in (400, 401, 403, 404, 409, 413, 429)}
+
+
+class StrictSerializerScheme(OpenApiSerializerExtension):
+    """Request bodies are closed: StrictSerializer refuses unknown fields, so the schema says
+    `additionalProperties: false`. A PATCH body (the `Patched...` component drf-spectacular makes)
+    has no `default`s: a field left out keeps its stored value, so a client generated from the
+    schema must not fill one in (it would reset priority, timeout, `enabled`, ... on every PATCH)."""
+
+    target_class = "apps.api.fields.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        schema["additionalProperties"] = False
+        if not type(self.target).__doc__:  # StrictSerializer's own docstring is for developers
+            schema.pop("description", None)
+        if getattr(self.target, "partial", False):
+            for prop in schema.get("properties", {}).values():
+                prop.pop("default", None)
+        return schema

@@ -1,8 +1,9 @@
 """Writes for job definitions and runs. Each public function is one transaction."""
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -49,10 +50,11 @@ def _check_retry_policy(tenant_id, fields: dict) -> None:
 @transaction.atomic
 def job_create(*, tenant: Tenant, enabled: bool = True, **fields) -> JobDefinition:
     """Create a job. `fields` are JobDefinition fields, already validated by the caller.
-    Raises QuotaExceeded over the tenant's jobs or retry limits."""
+    Raises QuotaExceeded over the tenant's jobs or retry limits, InvalidSchedule for a `run_at` too far back."""
+    now = timezone.now()
+    check_run_at(fields.get("schedule_type"), fields.get("run_at"), now=now)
     _check_retry_policy(tenant.pk, fields)
     _check_job_slot(tenant.pk)
-    now = timezone.now()
     definition = JobDefinition(tenant=tenant, **fields)
     if definition.schedule_type == ScheduleType.ONCE and definition.run_at is None:
         definition.run_at = now
@@ -64,6 +66,31 @@ def job_create(*, tenant: Tenant, enabled: bool = True, **fields) -> JobDefiniti
 
 class JobActionError(Exception):
     """An action that the job's state does not allow (HTTP 409), with a message for humans."""
+
+
+class InvalidSchedule(JobActionError):
+    """A schedule that cannot be (or, for run_at, would never be) evaluated: HTTP 400 on `field`.
+    A stored one that fails: resuming it would only have the scheduler quarantine it again
+    (apps/scheduler/quarantine.py)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def check_run_at(schedule_type, run_at: datetime | None, *, now: datetime) -> None:
+    """A `once` job's instant may be in the past by at most the misfire lookback: such a job fires at
+    once (or is skipped under misfire policy `skip`). Further back it could only ever be recorded as
+    skipped, "beyond the lookback", so it is refused instead of created to do nothing."""
+    if schedule_type != ScheduleType.ONCE or run_at is None:
+        return
+    lookback = timedelta(seconds=settings.CHIME_MISFIRE_LOOKBACK_SECONDS)
+    if run_at < now - lookback:
+        hours = int(lookback.total_seconds() // 3600)
+        raise InvalidSchedule(
+            "run_at",
+            f"More than {hours} h in the past (the misfire lookback): it would never fire. Omit run_at to fire now.",
+        )
 
 
 def _cancel_unstarted_runs(*, job: JobDefinition, reason: str, now: datetime) -> int:
@@ -84,15 +111,6 @@ def job_pause(*, job: JobDefinition) -> JobDefinition:
     elif job.status != JobStatus.PAUSED:
         raise JobActionError(f"A {job.status} job cannot be paused.")
     return job
-
-
-class InvalidSchedule(JobActionError):
-    """The job's stored schedule cannot be evaluated (HTTP 400 on `field`): resuming it would only
-    have the scheduler quarantine it again (apps/scheduler/quarantine.py)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
 
 
 @transaction.atomic
@@ -151,11 +169,19 @@ class BackfillResult:
 
 @transaction.atomic
 def job_backfill(*, job: JobDefinition, start: datetime, end: datetime) -> BackfillResult:
-    """Materialize every occurrence in (start, end]; occurrences that already have a run keep it."""
+    """Materialize every occurrence in (start, end]; occurrences that already have a run keep it.
+
+    A paused job is refused: its backfilled runs would be delivered at once, which is not what
+    "paused" promises. Resume it first (the job's row is locked, so a pause cannot slip in between)."""
     if job.schedule_type != ScheduleType.CRON:
         raise JobActionError("Backfill needs a cron schedule.")
+    job = JobDefinition.objects.select_for_update().get(pk=job.pk)
     if job.status == JobStatus.DELETED:
         raise JobActionError("A deleted job cannot be backfilled.")
+    if job.status == JobStatus.PAUSED:
+        raise JobActionError(
+            "The job is paused: resume it first, then backfill (backfilled runs are delivered at once)."
+        )
     limit = quotas.max_backfill_runs(job.tenant_id)
     occurrences = job.schedule().between(start, end, limit + 1)
     quotas.check_backfill_size(job.tenant_id, occurrences=len(occurrences))  # 400 over the limit
@@ -263,6 +289,10 @@ def job_update(*, job: JobDefinition, enabled: bool | None = None, **fields) -> 
             job.tenant_id, {name: fields.get(name, getattr(job, name)) for name in RETRY_LIMITED_FIELDS}
         )
     schedule_changed = any(getattr(job, name) != value for name, value in fields.items() if name in SCHEDULE_FIELDS)
+    if schedule_changed:
+        check_run_at(
+            fields.get("schedule_type", job.schedule_type), fields.get("run_at", job.run_at), now=timezone.now()
+        )
     for name, value in fields.items():
         setattr(job, name, value)
     now = timezone.now()

@@ -6,6 +6,8 @@ Plain string fields get it from Django's and DRF's CharField (ProhibitNullCharac
 "Null characters are not allowed."); the JSON body and the header mapping are checked here.
 """
 
+import json
+
 from django.conf import settings
 
 from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url
@@ -69,8 +71,38 @@ def check_no_nul(value) -> None:
         raise TargetError(f"Null characters (\\u0000) are not allowed{at}.")
 
 
-def check_target_body(body) -> None:
+MAX_BODY_DEPTH = 32  # nesting levels of objects and arrays; real payloads use a handful
+MAX_BODY_BYTES = 64 * 1024  # the body as compact JSON; the whole request is capped apart (413)
+
+
+def json_depth(value) -> int:
+    """How deeply objects and arrays nest in a JSON value (a scalar is 0). Iterative, like nul_path:
+    the point is to refuse a deep body before anything recursive (json.dumps, jsonb) meets it."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth > MAX_BODY_DEPTH:
+                return depth  # deep enough to refuse; no need to walk the rest
+            stack.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def check_target_body(body, *, method: str | None = None) -> None:
+    """The one home of the body rules: no NUL, at most MAX_BODY_DEPTH levels and MAX_BODY_BYTES, and
+    none for a GET (a GET is sent without a body; storing one would silently drop it)."""
+    if body is None:
+        return
+    if method == "GET":
+        raise TargetError("A GET request has no body: remove target.body or use another method.")
+    if json_depth(body) > MAX_BODY_DEPTH:
+        raise TargetError(f"Nested more than {MAX_BODY_DEPTH} levels deep.")
     check_no_nul(body)
+    size = len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_BODY_BYTES:
+        raise TargetError(f"At most {MAX_BODY_BYTES} bytes as JSON; this one is {size}.")
 
 
 def check_target_url(url: str) -> None:

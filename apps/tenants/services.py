@@ -45,7 +45,19 @@ def api_key_create(*, tenant: Tenant, name: str = "") -> CreatedApiKey:
     return CreatedApiKey(api_key=api_key, raw_key=raw_key)
 
 
-def api_key_revoke(*, api_key: ApiKey) -> None:
+class RevokingOwnKey(Exception):
+    """A key may not revoke itself: the caller would lock itself out mid-session (every later call
+    a 401) with no key left to say so. Revoke it from another key or from the dashboard."""
+
+    message = (
+        "An API key cannot revoke itself: revoke it with another API key or on the dashboard's API keys page (/keys/)."
+    )
+
+
+def api_key_revoke(*, api_key: ApiKey, acting_key: ApiKey | None = None) -> None:
+    """Revoke `api_key`; `acting_key` is the key making the request (None from the dashboard)."""
+    if acting_key is not None and acting_key.pk == api_key.pk:
+        raise RevokingOwnKey(RevokingOwnKey.message)
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 

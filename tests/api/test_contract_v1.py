@@ -148,7 +148,7 @@ def test_api_keys_are_shown_once_listed_by_prefix_and_revoked_at_once(api):
     created = api.post("/api/v1/api-keys", {"name": "ci"}, format="json")
     assert created.status_code == 201
     raw = created.json()["key"]
-    listed = api.get("/api/v1/api-keys").json()
+    listed = api.get("/api/v1/api-keys").json()["results"]
     entry = next(k for k in listed if k["id"] == created.json()["id"])
     assert "key" not in entry and raw.startswith(entry["prefix"]) and entry["name"] == "ci"
 
@@ -157,7 +157,7 @@ def test_api_keys_are_shown_once_listed_by_prefix_and_revoked_at_once(api):
     assert client.get("/api/v1/jobs").status_code == 200
     assert api.delete(f"/api/v1/api-keys/{entry['id']}").status_code == 204
     assert client.get("/api/v1/jobs").status_code == 401
-    assert next(k for k in api.get("/api/v1/api-keys").json() if k["id"] == entry["id"])["revoked_at"]
+    assert next(k for k in api.get("/api/v1/api-keys").json()["results"] if k["id"] == entry["id"])["revoked_at"]
 
 
 def test_the_same_idempotency_key_and_body_return_the_first_response(api):

@@ -18,6 +18,8 @@ from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, Sche
 from apps.jobs.secrets import SecretHeaderError, marked_names, restore_redacted, visible_headers
 from apps.jobs.targets import (
     HTTP_METHODS,
+    MAX_BODY_BYTES,
+    MAX_BODY_DEPTH,
     MAX_HEADERS,
     TargetError,
     check_target_body,
@@ -59,7 +61,13 @@ class TargetSerializer(StrictSerializer):
     headers = serializers.DictField(child=StrictCharField(max_length=4096, allow_blank=True), default=dict)
     # Names of headers to treat as secret on top of the credential-like ones (docs/api.md#header-secrecy).
     secret_headers = serializers.ListField(child=StrictCharField(max_length=256), default=list, max_length=MAX_HEADERS)
-    body = serializers.JSONField(required=False, allow_null=True, default=None)
+    body = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=f"Any JSON, at most {MAX_BODY_DEPTH} levels deep and {MAX_BODY_BYTES} bytes; none for GET. "
+        "null: Chime sends a small event (docs/api.md#what-your-endpoint-receives).",
+    )
 
     def validate_url(self, value):
         try:
@@ -79,6 +87,10 @@ class TargetSerializer(StrictSerializer):
         """Secret names must be headers of the job; a `<redacted>` value keeps the stored one (PATCH:
         the view passes the job as context["job"])."""
         try:
+            check_target_body(attrs.get("body"), method=attrs["method"])
+        except TargetError as error:
+            raise serializers.ValidationError({"body": [str(error)]}) from error
+        try:
             attrs["secret_headers"] = marked_names(attrs["secret_headers"], attrs["headers"])
         except SecretHeaderError as error:
             raise serializers.ValidationError({"secret_headers": [str(error)]}) from error
@@ -87,13 +99,6 @@ class TargetSerializer(StrictSerializer):
         except SecretHeaderError as error:
             raise serializers.ValidationError({"headers": [str(error)]}) from error
         return attrs
-
-    def validate_body(self, value):
-        try:
-            check_target_body(value)
-        except TargetError as error:
-            raise serializers.ValidationError(str(error)) from error
-        return value
 
 
 class RetrySerializer(StrictSerializer):

@@ -1,4 +1,3 @@
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -10,7 +9,7 @@ from ..fields import StrictCharField, StrictSerializer, StrictUUIDField, UTCDate
 
 class AttemptSerializer(serializers.ModelSerializer):
     started_at = UTCDateTimeField()
-    finished_at = UTCDateTimeField()
+    finished_at = UTCDateTimeField(allow_null=True, help_text="null while the attempt is in flight")
     request_headers = serializers.SerializerMethodField()
 
     class Meta:
@@ -33,10 +32,19 @@ class AttemptSerializer(serializers.ModelSerializer):
         return redact_headers(attempt.request_headers)
 
 
-class CoalescedSerializer(serializers.Serializer):
-    count = serializers.IntegerField(allow_null=True)
-    first = UTCDateTimeField()
-    last = UTCDateTimeField(allow_null=True)
+# Inline, not a $ref: in OpenAPI 3.0 `nullable` next to `allOf: [$ref]` does not make the referenced
+# object nullable for a strict validator (openapi-core) or a generated client.
+COALESCED_SCHEMA = {
+    "type": "object",
+    "nullable": True,
+    "description": "For a run that stands for several missed occurrences (misfire policy coalesce); else null.",
+    "properties": {
+        "count": {"type": "integer", "nullable": True, "description": "How many occurrences it stands for"},
+        "first": {"type": "string", "format": "date-time"},
+        "last": {"type": "string", "format": "date-time", "nullable": True},
+    },
+    "required": ["count", "first", "last"],
+}
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -44,7 +52,7 @@ class RunSerializer(serializers.ModelSerializer):
     job_id = serializers.CharField(source="definition_id", read_only=True)
     scheduled_for = UTCDateTimeField()
     created_at = UTCDateTimeField()
-    finished_at = UTCDateTimeField()
+    finished_at = UTCDateTimeField(allow_null=True, help_text="null until the run ends")
     status_reason = serializers.SerializerMethodField()
 
     class Meta:
@@ -64,11 +72,13 @@ class RunSerializer(serializers.ModelSerializer):
 
     coalesced = serializers.SerializerMethodField()
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(
+        {"type": "string", "nullable": True, "description": "Why the run is in its status; null if plain"}
+    )
     def get_status_reason(self, run: JobRun) -> str | None:
         return run.status_reason or None
 
-    @extend_schema_field(CoalescedSerializer(allow_null=True))
+    @extend_schema_field(COALESCED_SCHEMA)
     def get_coalesced(self, run: JobRun) -> dict | None:
         """For a run that stands for several occurrences: how many, the first and the last."""
         if run.coalesced_first_at is None:

@@ -56,6 +56,9 @@ class JobViewSet(TenantViewSet):
         return Response(JobDetailSerializer(job, context={"recent_runs": recent}).data)
 
     @extend_schema(
+        summary="List jobs",
+        description="The tenant's jobs, newest first, paginated (`{results, next}`). Filters combine; "
+        "an unknown query parameter is a 400.",
         parameters=[
             OpenApiParameter("status", enum=sorted(JOB_STATUS_FILTERS)),
             OpenApiParameter("priority", enum=Priority.values),
@@ -83,15 +86,29 @@ class JobViewSet(TenantViewSet):
         return self.get_paginated_response(JobSerializer(page, many=True).data)
 
     @extend_schema(
+        summary="Create a job",
+        description="A cron or one-off job delivering a webhook. With `Idempotency-Key`, the same key and body "
+        "within 24 h return the first response (`Idempotent-Replayed: true`); the same key with another body "
+        "is a 409. See docs/api.md#jobs for each field.",
         request=JobInputSerializer,
-        parameters=[OpenApiParameter("Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER)],
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description=f"1 to {MAX_KEY_LENGTH} characters",
+            )
+        ],
         responses={201: JobSerializer, **ERRORS},
     )
     def create(self, request):
         def produce():
             serializer = JobInputSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
-            job = services.job_create(tenant=self.tenant, **serializer.to_model_fields())
+            try:
+                job = services.job_create(tenant=self.tenant, **serializer.to_model_fields())
+            except services.InvalidSchedule as error:
+                raise ValidationError({schedule_error_path(error.field): [error.message]}) from error
             return status.HTTP_201_CREATED, JobSerializer(job).data
 
         key = request.headers.get("Idempotency-Key")
@@ -106,11 +123,22 @@ class JobViewSet(TenantViewSet):
             return conflict(error)
         return Response(body, status=code, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
-    @extend_schema(responses={200: JobDetailSerializer, **ERRORS})
+    @extend_schema(
+        summary="Get a job",
+        description="The job with its 20 most recent runs (`recent_runs`, newest first).",
+        responses={200: JobDetailSerializer, **ERRORS},
+    )
     def retrieve(self, request, pk=None):
         return self.detail_response(self.job())
 
-    @extend_schema(request=JobInputSerializer, responses={200: JobDetailSerializer, **ERRORS})
+    @extend_schema(
+        summary="Change a job",
+        description="Only the fields sent change; the others keep their stored values. A nested object "
+        "(`schedule`, `target`, `retry`, `dst_policy`) is replaced as a whole. A schedule change recomputes "
+        "`next_fire_at` and cancels runs not started yet; `enabled` pauses or resumes.",
+        request=JobInputSerializer,
+        responses={200: JobDetailSerializer, **ERRORS},
+    )
     def partial_update(self, request, pk=None):
         """Change a job. Top-level fields given replace the current ones; a nested object
         (schedule, target, retry, dst_policy) is replaced as a whole."""
@@ -127,12 +155,23 @@ class JobViewSet(TenantViewSet):
             return conflict(error)
         return self.detail_response(job)
 
-    @extend_schema(request=None, responses={204: None, **ERRORS})
+    @extend_schema(
+        summary="Delete a job",
+        description="Stops the job for good; runs not started yet are cancelled. Its runs stay readable under /runs.",
+        request=None,
+        responses={204: None, **ERRORS},
+    )
     def destroy(self, request, pk=None):
         services.job_delete(job=self.job())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=None, responses={200: JobDetailSerializer, **ERRORS})
+    @extend_schema(
+        summary="Pause a job",
+        description="No run is made while paused; occurrences in the pause are handled by the misfire policy "
+        "on resume. 409 if the job cannot be paused (deleted or completed).",
+        request=None,
+        responses={200: JobDetailSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         try:
@@ -140,7 +179,13 @@ class JobViewSet(TenantViewSet):
         except services.JobActionError as error:
             return conflict(error)
 
-    @extend_schema(request=None, responses={200: JobDetailSerializer, **ERRORS})
+    @extend_schema(
+        summary="Resume a job",
+        description="Applies the misfire policy to the occurrences missed while paused and resets the circuit "
+        "breaker. A stored schedule that cannot be evaluated is a 400 on its field.",
+        request=None,
+        responses={200: JobDetailSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         try:
@@ -150,7 +195,13 @@ class JobViewSet(TenantViewSet):
         except services.JobActionError as error:
             return conflict(error)
 
-    @extend_schema(request=None, responses={201: RunSerializer, **ERRORS})
+    @extend_schema(
+        summary="Trigger a run now",
+        description="A run outside the schedule (`trigger: manual`), delivered at once, even when the job is "
+        "paused. Counts against the tenant's `triggers_per_minute` (429 over it).",
+        request=None,
+        responses={201: RunSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"])
     def trigger(self, request, pk=None):
         try:
@@ -159,7 +210,14 @@ class JobViewSet(TenantViewSet):
             return conflict(error)
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=BackfillSerializer, responses={201: BackfillResultSerializer, **ERRORS})
+    @extend_schema(
+        summary="Backfill past occurrences",
+        description="A run for every occurrence of the schedule in `(start, end]` (the past only, at most "
+        "`max_backfill_runs`); occurrences that have a run already are kept and counted in `existing`. "
+        "Refused with 409 while the job is paused: resume it first.",
+        request=BackfillSerializer,
+        responses={201: BackfillResultSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"])
     def backfill(self, request, pk=None):
         job = self.job()
@@ -179,7 +237,11 @@ class JobViewSet(TenantViewSet):
             status=status.HTTP_201_CREATED,
         )
 
-    @extend_schema(responses={200: RunSerializer(many=True), **ERRORS})
+    @extend_schema(
+        summary="List a job's runs",
+        description="Every run of the job, newest first: delivered, skipped or cancelled, each with `status_reason`.",
+        responses={200: RunSerializer(many=True), **ERRORS},
+    )
     @action(detail=True, methods=["get"])
     def runs(self, request, pk=None):
         reject_unknown_params(request, {"cursor", "limit"})

@@ -27,7 +27,13 @@ PreviewResultSerializer = inline_serializer(
 )
 
 
-@extend_schema(request=PreviewSerializer, responses={200: PreviewResultSerializer, **ERRORS})
+@extend_schema(
+    summary="Preview a schedule",
+    description="The next fire times of a cron expression in a time zone (UTC and local), with the effect of "
+    "DST flagged (`dst`: `gap` or `overlap`). Nothing is stored.",
+    request=PreviewSerializer,
+    responses={200: PreviewResultSerializer, **ERRORS},
+)
 @api_view(["POST"])
 def schedule_preview(request):
     """The next fire times of a cron expression in a zone, with the effect of DST flagged."""

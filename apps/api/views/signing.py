@@ -18,13 +18,24 @@ SecretSerializer = inline_serializer(
 )
 
 
-@extend_schema(responses={200: SecretSerializer, **ERRORS})
+@extend_schema(
+    summary="Get the signing secret",
+    description="The `whsec_` secret that signs every delivery (Standard Webhooks): "
+    "verify `webhook-signature` with it.",
+    responses={200: SecretSerializer, **ERRORS},
+)
 @api_view(["GET"])
 def signing_secret(request):
     return Response(secret_body(signing_secret_current(tenant=request.user.tenant)))
 
 
-@extend_schema(request=None, responses={201: SecretSerializer, **ERRORS})
+@extend_schema(
+    summary="Rotate the signing secret",
+    description="A new signing secret. The previous one stays valid for 24 hours and every delivery carries "
+    "both signatures meanwhile: deploy the new one to your receiver within a day.",
+    request=None,
+    responses={201: SecretSerializer, **ERRORS},
+)
 @api_view(["POST"])
 def signing_secret_rotation(request):
     """A new signing secret; the previous one keeps signing (alongside) for 24 hours."""
