@@ -24,6 +24,12 @@ class StrictCharField(serializers.CharField):
             self.fail("invalid")
         return super().to_internal_value(data)
 
+    def run_validation(self, data=serializers.empty):
+        """`maxLength` holds for the string as sent (the schema's promise), not only after trimming."""
+        if isinstance(data, str) and self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return super().run_validation(data)
+
 
 class StrictUUIDField(serializers.UUIDField):
     """A UUID in a string: DRF's UUIDField would read false or 7 as an integer UUID."""

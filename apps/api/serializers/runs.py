@@ -120,5 +120,5 @@ class RunFilterSerializer(StrictSerializer):
 
 
 class RunQuerySerializer(RunFilterSerializer):
-    cursor = StrictCharField(required=False)
+    cursor = StrictCharField(required=False, allow_blank=True)  # blank: the first page, as on every list
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200)
