@@ -86,6 +86,8 @@ def test_a_valid_job_gives_the_same_model_fields():
         {"jitter_seconds": "3601"},
         {"failure_threshold": "1001"},
         {"name": ""},
+        {"target_method": "GET"},  # with FORM's body: a GET is sent without one
+        {"target_body": '{"a":' * 33 + "1" + "}" * 33},  # deeper than MAX_BODY_DEPTH
     ],
 )
 def test_both_refuse_the_same_invalid_input(changes, settings):
@@ -93,3 +95,13 @@ def test_both_refuse_the_same_invalid_input(changes, settings):
     data = {**FORM, **changes}
     assert not JobForm(data).is_valid()
     assert not JobInputSerializer(data=api_payload(data)).is_valid()
+
+
+def test_the_form_refuses_a_body_too_deep_to_parse_and_a_once_job_beyond_the_lookback():
+    """Same rules as the API (issue #11): a field error, never a 500 (RecursionError, InvalidSchedule)."""
+    deep = JobForm({**FORM, "target_body": "[" * 5000 + "]" * 5000})
+    assert not deep.is_valid() and "nested too deeply" in deep.errors["target_body"][0]
+    past = JobForm({**FORM, "schedule_type": "once", "run_at": "2019-01-01T00:00", "timezone": "UTC"})
+    assert not past.is_valid() and "in the past" in past.errors["run_at"][0]
+    soon = JobForm({**FORM, "schedule_type": "once", "run_at": "2999-01-01T00:00", "timezone": "UTC"})
+    assert soon.is_valid(), soon.errors

@@ -9,10 +9,12 @@ from datetime import datetime
 
 from django import forms
 from django.conf import settings
+from django.utils import timezone
 
 from apps.jobs.models import ConcurrencyPolicy, DstGap, DstOverlap, JobDefinition, MisfirePolicy, Priority, ScheduleType
 from apps.jobs.schedules import CronSchedule, DstPolicy, ScheduleError, parse_timezone
 from apps.jobs.secrets import REDACTED, SecretHeaderError, marked_names, restore_redacted, visible_headers
+from apps.jobs.services import InvalidSchedule, check_run_at
 from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_body, check_target_headers, check_target_url
 
 RUN_AT_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S")
@@ -154,6 +156,8 @@ class JobForm(forms.Form):
             body = json.loads(text)
         except ValueError as error:
             raise forms.ValidationError(f"Not valid JSON: {error}.") from error
+        except RecursionError:
+            raise forms.ValidationError("Not valid JSON: nested too deeply.") from None
         try:
             check_target_body(body)
         except TargetError as error:
@@ -182,6 +186,11 @@ class JobForm(forms.Form):
     def clean(self):
         cleaned = super().clean()
         self._clean_secret_headers(cleaned)
+        if cleaned.get("target_body") is not None and cleaned.get("target_method"):
+            try:  # the body rules that depend on the method (apps/jobs/targets.py), as in the API
+                check_target_body(cleaned["target_body"], method=cleaned["target_method"])
+            except TargetError as error:
+                self.add_error("target_body", str(error))
         if cleaned.get("schedule_type") == ScheduleType.CRON:
             self._clean_cron(cleaned)
         else:
@@ -189,6 +198,10 @@ class JobForm(forms.Form):
             zone_name = cleaned.get("timezone")
             if cleaned.get("run_at") is not None and zone_name:
                 cleaned["run_at"] = cleaned["run_at"].replace(tzinfo=parse_timezone(zone_name))
+                try:
+                    check_run_at(ScheduleType.ONCE, cleaned["run_at"], now=timezone.now())
+                except InvalidSchedule as error:
+                    self.add_error("run_at", error.message)
         initial, longest = cleaned.get("retry_initial_backoff_seconds"), cleaned.get("retry_max_backoff_seconds")
         if initial is not None and longest is not None and longest < initial:
             self.add_error("retry_max_backoff_seconds", "Must be at least the first retry's wait.")
