@@ -5,10 +5,12 @@ and revoking the key that makes the request."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.jobs.models import JobDefinition, JobRun
 from apps.jobs.targets import MAX_BODY_BYTES, MAX_BODY_DEPTH
+from apps.scheduler.services import materialize_due_runs
 from apps.tenants.models import ApiKey
 from apps.tenants.services import api_key_create
 
@@ -133,3 +135,19 @@ def test_a_key_cannot_revoke_itself(tenant):
     other = api_key_create(tenant=tenant, name="other")
     assert client.delete(f"/api/v1/api-keys/{other.api_key.id}").status_code == 204
     assert ApiKey.objects.get(pk=other.api_key.pk).revoked_at is not None
+
+
+def test_a_once_job_in_the_past_under_skip_is_recorded_skipped_and_never_ends_before_it_began(api, settings):
+    """The documented outcome within the lookback: the scheduler records the missed instant as
+    `skipped` with a reason, and the run's `finished_at` does not precede its `created_at`."""
+    when = datetime.now(UTC) - timedelta(hours=2)
+    job = api.post(
+        "/api/v1/jobs",
+        {**JOB, "schedule": {"type": "once", "run_at": when.isoformat()}, "misfire_policy": "skip"},
+        format="json",
+    ).json()
+    materialize_due_runs(partitions=list(range(settings.CHIME_PARTITIONS)), now=timezone.now(), batch_size=100)
+    (run,) = api.get(f"/api/v1/jobs/{job['id']}/runs").json()["results"]
+    assert run["status"] == "skipped" and run["status_reason"]
+    assert datetime.fromisoformat(run["finished_at"]) >= datetime.fromisoformat(run["created_at"])
+    assert api.get(f"/api/v1/jobs/{job['id']}").json()["status"] == "completed"
