@@ -141,3 +141,9 @@ def test_every_operation_has_a_summary_and_a_description_for_api_users():
         assert not [word for word in DEVELOPER_WORDS if word in text], (where, text)
         described += 1
     assert described == 21
+
+
+def test_the_schema_is_valid_openapi():
+    from openapi_spec_validator import validate
+
+    validate(schema_document())  # raises on any violation of the OpenAPI 3.0 specification
