@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from apps.api.schema import NO_NUL_PATTERN
 from tests.api.contract import ContractViolation, check_response, schema_document
 
 pytestmark = pytest.mark.django_db
@@ -147,3 +148,20 @@ def test_the_schema_is_valid_openapi():
     from openapi_spec_validator import validate
 
     validate(schema_document())  # raises on any violation of the OpenAPI 3.0 specification
+
+
+def test_the_idempotency_key_header_declares_the_length_the_server_enforces(api):
+    params = schema_document()["paths"]["/api/v1/jobs"]["post"]["parameters"]
+    (header,) = [p for p in params if p["name"] == "Idempotency-Key"]
+    assert (header["schema"]["minLength"], header["schema"]["maxLength"]) == (1, 255)
+    too_long = api.post("/api/v1/jobs", JOB, format="json", HTTP_IDEMPOTENCY_KEY="k" * 256)
+    assert too_long.status_code == 400 and "Idempotency-Key" in too_long.json()["error"]["fields"]
+
+
+def test_string_inputs_declare_that_nul_is_refused(api):
+    """PostgreSQL cannot store U+0000 and the server refuses it (a 400): the schema says so."""
+    assert component("ApiKeyInputRequest")["properties"]["name"]["pattern"] == NO_NUL_PATTERN
+    (q,) = [p for p in schema_document()["paths"]["/api/v1/jobs"]["get"]["parameters"] if p["name"] == "q"]
+    assert q["schema"]["pattern"] == NO_NUL_PATTERN
+    assert api.get("/api/v1/jobs", {"q": "a\x00b"}).status_code == 400
+    assert api.post("/api/v1/api-keys", {"name": "a\x00b"}, format="json").status_code == 400

@@ -1,5 +1,4 @@
 from django.db import transaction
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import action
@@ -13,7 +12,7 @@ from apps.jobs.targets import NUL
 
 from ..errors import error_response
 from ..pagination import IdCursorPagination
-from ..schema import ERRORS
+from ..schema import ERRORS, NO_NUL_PATTERN
 from ..serializers.jobs import (
     BackfillSerializer,
     JobDetailSerializer,
@@ -62,7 +61,9 @@ class JobViewSet(TenantViewSet):
         parameters=[
             OpenApiParameter("status", enum=sorted(JOB_STATUS_FILTERS)),
             OpenApiParameter("priority", enum=Priority.values),
-            OpenApiParameter("q", description="Case-insensitive substring of the name"),
+            OpenApiParameter(
+                "q", {"type": "string", "pattern": NO_NUL_PATTERN}, description="Case-insensitive substring of the name"
+            ),
         ],
         responses={200: JobSerializer(many=True), **ERRORS},
     )
@@ -94,9 +95,9 @@ class JobViewSet(TenantViewSet):
         parameters=[
             OpenApiParameter(
                 "Idempotency-Key",
-                OpenApiTypes.STR,
+                {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
                 OpenApiParameter.HEADER,
-                description=f"1 to {MAX_KEY_LENGTH} characters",
+                description="The same key and body within 24 h return the first response instead of a second job.",
             )
         ],
         responses={201: JobSerializer, **ERRORS},
