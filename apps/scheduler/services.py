@@ -86,14 +86,15 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
         for definition in definitions:
             # Planning is pure Python: a row that raises is set aside (no savepoint needed, and a
             # try costs nothing on the common path), the rest of the batch goes on.
+            mark = len(runs)
             try:
                 plan = plan_definition(definition, now=now)
-                rows = list(run_rows_from_plan(definition, plan, now=now))
+                runs.extend(run_rows_from_plan(definition, plan, now=now))
             except Exception as error:  # any error of one row: quarantine it
+                del runs[mark:]  # the rows it yielded before raising
                 unplannable.append((definition, error))
                 continue
             lag = max(lag, plan.lag)
-            runs.extend(rows)
             last = max((r.scheduled_for for r in plan.runs), default=None)
             status = JobStatus.COMPLETED if plan.completed else JobStatus.ACTIVE
             updates.append((definition.id, plan.next_fire_at, status, last))
