@@ -121,6 +121,7 @@ def test_poisoned_definitions_do_not_hold_back_healthy_jobs_of_other_tenants(
     assert Counter(d.webhook_id for d in deliveries) == Counter({str(run_id): 1 for run_id in runs})
     assert all(d.signature_ok for d in deliveries)
     lags = sorted(d.received_at - runs[_uuid(d.webhook_id)].scheduled_for.timestamp() for d in deliveries)
+    print(f"\nfire lag of {len(lags)} healthy runs: p50 {lags[len(lags) // 2]:.2f} s, max {lags[-1]:.2f} s")
     assert lags[-1] < FIRE_LAG_BOUND_SECONDS, f"fire lag p50 {lags[len(lags) // 2]:.2f} s, max {lags[-1]:.2f} s"
 
     lines = quarantine_lines(first, second)
