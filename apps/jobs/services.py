@@ -67,8 +67,8 @@ class InvalidSchedule(JobActionError):
     have the scheduler quarantine it again (apps/scheduler/quarantine.py)."""
 
     def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
+        super().__init__(f"The schedule cannot be evaluated: {message} Edit the schedule, then resume.")
+        self.field, self.message = field, message  # `message` alone is the API's field error
 
 
 @transaction.atomic

@@ -5,7 +5,6 @@ Bad rows are planted with raw SQL, the way they appear in real life: validation 
 """
 
 import logging
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -215,34 +214,33 @@ def test_a_scheduler_whose_steps_keep_failing_releases_its_partitions_and_stays_
     ensure_lease_rows()
     failing = LeaseKeeper(candidates=ALL, pinned=False)
     failing.refresh()
-    assert len(failing.held) == 64
-    failures = StepFailures(limit=3, rest_seconds=0.5, max_rest_seconds=600)
+    healthy = LeaseKeeper(candidates=ALL, pinned=False)
+    healthy.refresh()  # alive (heartbeat), but every partition is taken
+    assert len(failing.held) == 64 and healthy.held == {}
+    failures = StepFailures(limit=3, rest_seconds=60, max_rest_seconds=600)
 
     assert failures.failed(failing) is None and failures.failed(failing) is None
     assert SchedulerLease.objects.filter(owner=failing.owner).count() == 64, "two failures: still holding"
-    assert failures.failed(failing) == 0.5
+    assert failures.failed(failing) == 60
     assert failing.held == {} and not SchedulerLease.objects.filter(owner=failing.owner).exists()
     assert not SchedulerNode.objects.filter(owner=failing.owner).exists(), "out of the others' fair share"
 
+    healthy.refresh()
+    assert len(healthy.held) == 64, "the other scheduler takes every partition over"
     failing.refresh()  # resting: takes nothing back, no heartbeat
     assert failing.held == {} and not SchedulerNode.objects.filter(owner=failing.owner).exists()
-    healthy = LeaseKeeper(candidates=ALL, pinned=False)
-    healthy.refresh()
-    assert len(healthy.held) == 64, "another scheduler takes every partition over"
 
-    healthy.release_all()  # alone again: after the rest the failing one takes them back ...
-    time.sleep(0.6)
+    healthy.release_all()  # the other one is gone: resting would stall every partition ...
     failing.refresh()
-    assert len(failing.held) == 64
+    assert len(failing.held) == 64, "... so a lone scheduler tries again at once"
     for _ in range(3):
         rest = failures.failed(failing)
-    assert rest == 1.0, "... and a second stand-down without a working step in between lasts twice as long"
+    assert rest == 120, "a second stand-down without a working step in between lasts twice as long"
     failures.succeeded(worked=True)
-    time.sleep(1.1)
     failing.refresh()
     for _ in range(3):
         rest = failures.failed(failing)
-    assert rest == 0.5, "a step that worked resets the rest"
+    assert rest == 60, "a step that worked resets the rest"
 
 
 def test_a_failing_step_without_partitions_has_nothing_to_release():
