@@ -18,7 +18,7 @@ from django.db import transaction
 
 from apps.jobs.models import JobDefinition, JobStatus
 from apps.jobs.planning import planning_problem
-from apps.jobs.schedules import ScheduleError
+from apps.jobs.schedules import ScheduleError, zone_database_available
 
 logger = logging.getLogger("apps.scheduler")
 
@@ -37,10 +37,23 @@ def quarantine_reason(error: Exception) -> str:
     return f"{REASON_PREFIX}{problem}{REASON_SUFFIX}"
 
 
+class ZoneDatabaseMissing(RuntimeError):
+    """This scheduler process has no usable tz database: its step fails (and after a few, it hands
+    its partitions to another scheduler) instead of quarantining every job with a zone."""
+
+
 def quarantine_definitions(failures: list[tuple[JobDefinition, Exception]], *, now: datetime) -> int:
     """Pause each (definition, error) that is still active, inside the caller's transaction, and
     log each one once, after commit (with job and tenant id; never the target or its headers).
-    Returns how many were paused. Rare path: one statement per row is fine."""
+    Returns how many were paused. Rare path: one statement per row is fine.
+
+    Raises ZoneDatabaseMissing (pausing nothing) when a zone is unknown because this host has no
+    tz database at all: another scheduler can plan those jobs."""
+    if any(getattr(error, "field", None) == "timezone" for _, error in failures) and not zone_database_available():
+        raise ZoneDatabaseMissing(
+            "this scheduler has no usable tz database (zoneinfo finds no zone): install tzdata on this host; "
+            f"{len(failures)} definitions left as they are"
+        )
     paused = 0
     for definition, error in failures:
         reason = quarantine_reason(error)

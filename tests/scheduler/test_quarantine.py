@@ -249,3 +249,39 @@ def test_a_failing_step_without_partitions_has_nothing_to_release():
     idle = LeaseKeeper(candidates=ALL, pinned=False)  # never refreshed: holds nothing
     failures = StepFailures(limit=1, rest_seconds=30, max_rest_seconds=600)
     assert failures.failed(idle) is None and not idle.resting
+
+
+@pytest.fixture
+def no_zone_database():
+    """This process loses its tz database (as on a host without tzdata), then gets it back."""
+    import zoneinfo
+
+    from apps.jobs import schedules
+
+    def clear():
+        zoneinfo.ZoneInfo.clear_cache()
+        for cached in (schedules._available_zones, schedules._load_zone, schedules._parse_cached):
+            cached.cache_clear()
+        schedules._next_after_cached.cache_clear()
+
+    zoneinfo.reset_tzpath(to=["/nonexistent-tzdata"])
+    clear()
+    yield
+    zoneinfo.reset_tzpath()
+    clear()
+
+
+def test_a_scheduler_without_a_tz_database_quarantines_nothing_and_fails_its_step(tenant, tenants, no_zone_database):
+    """Every zone is unknown there: the jobs are fine, the host is not. Its step fails (and after a
+    few, it stands down for a scheduler that can plan them)."""
+    from apps.scheduler.quarantine import ZoneDatabaseMissing
+
+    jobs = [
+        JobFactory(tenant=tenants[i % 4], timezone=zone, next_fire_at=T0)
+        for i, zone in enumerate(["Europe/Berlin", "UTC", "America/New_York"])
+    ]
+    with pytest.raises(ZoneDatabaseMissing, match="no usable tz database"):
+        materialize_due_runs(partitions=ALL, now=T0, batch_size=1000)
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.status == JobStatus.ACTIVE and job.status_reason == ""
