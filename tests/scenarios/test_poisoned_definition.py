@@ -260,10 +260,12 @@ def test_a_scheduler_without_a_tz_database_hands_over_instead_of_quarantining_ev
     )
     first_fires = {job.id: job.next_fire_at for job in jobs}
     wait_until(
-        lambda: JobRun.objects.filter(
-            definition__in=jobs, status=RunStatus.SUCCEEDED, scheduled_for=jobs[0].next_fire_at
-        ).count()
-        >= len(jobs),
+        lambda: (
+            JobRun.objects.filter(
+                definition__in=jobs, status=RunStatus.SUCCEEDED, scheduled_for=jobs[0].next_fire_at
+            ).count()
+            >= len(jobs)
+        ),
         timeout=90,
         message="every job's first occurrence delivered",
     )
