@@ -7,6 +7,8 @@ must not stop other tenants' jobs from firing on time.
    with a readable reason the API shows, quarantined (and logged) by one scheduler only.
 2. A scheduler whose every write of runs fails (a PostgreSQL trigger refuses runs of the
    partitions it holds) hands its partitions over instead of renewing them forever.
+3. A scheduler without a tz database (PYTHONTZPATH to nowhere) finds every zone unknown: it
+   quarantines nothing and hands over to the other scheduler, which fires the jobs.
 """
 
 import re
