@@ -1,6 +1,6 @@
 """What quarantine costs a materialize batch: the common path (no bad row) against the loop it
 replaced, measured in one run, and batches with poisoned rows; then the planning loop alone (CPU
-time, no database), before and after, interleaved.
+time, no database), before and after, interleaved; and what the batch's one savepoint costs.
 
 Times apps.scheduler.services.materialize_due_runs in this process, batches of
 CHIME_SCHEDULER_BATCH_SIZE (1,000) over 10,000 due cron definitions of 100 tenants in a private
@@ -140,6 +140,21 @@ def compare_planning_loops(now: datetime, repeats: int) -> dict[str, list[float]
     return times
 
 
+def savepoint_cost(repeats: int = 500) -> float:
+    """Seconds for one empty `transaction.atomic()` savepoint inside a transaction (what
+    write_batch adds per batch), median of `repeats`."""
+    from django.db import transaction
+
+    times = []
+    with transaction.atomic():
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            with transaction.atomic():
+                pass
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def load(fire_at: datetime) -> list:
     from uuid6 import uuid7
 
@@ -232,6 +247,7 @@ def main() -> None:
     print(f"planning loop alone (no database), 1,000 definitions, CPU time, median of {10 * args.rounds}:")
     for name, times in loops.items():
         print(f"  {name} quarantine: {statistics.median(times) * 1000:.1f} ms")
+    print(f"one savepoint per batch (SAVEPOINT + RELEASE, median of 500): {savepoint_cost() * 1000:.2f} ms")
     print(f"{DEFINITIONS:,} due cron definitions of {TENANTS} tenants, batches of 1,000, {args.rounds} rounds\n")
     print("| variant | batches | median per batch | p90 per batch | definitions/s |")
     print("|---|---|---|---|---|")

@@ -285,3 +285,52 @@ def test_a_scheduler_without_a_tz_database_quarantines_nothing_and_fails_its_ste
     for job in jobs:
         job.refresh_from_db()
         assert job.status == JobStatus.ACTIVE and job.status_reason == ""
+
+
+# --------------------------------------------------------------------------- rows PostgreSQL refuses
+
+REFUSE_RUNS_SQL = """
+CREATE FUNCTION chime_test_refuse_runs() RETURNS trigger AS $$
+BEGIN
+    IF NEW.definition_id::text = ANY(string_to_array(current_setting('chime_test.refused'), ',')) THEN
+        RAISE EXCEPTION 'value refused for this test' USING ERRCODE = '22023';  -- a data exception
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER chime_test_refuse_runs BEFORE INSERT ON jobs_jobrun
+    FOR EACH ROW EXECUTE FUNCTION chime_test_refuse_runs();
+"""
+
+
+def refuse_runs_of(*jobs) -> None:
+    """PostgreSQL refuses (SQLSTATE 22023) the runs of these jobs, in this test's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(REFUSE_RUNS_SQL)
+        cursor.execute("SELECT set_config('chime_test.refused', %s, true)", [",".join(str(j.id) for j in jobs)])
+
+
+def test_a_row_whose_runs_postgresql_refuses_is_quarantined_and_the_batch_goes_on(
+    tenant, tenants, caplog, django_capture_on_commit_callbacks
+):
+    bad = JobFactory(tenant=tenant, next_fire_at=T0)
+    healthy = [JobFactory(tenant=tenants[i % 4], next_fire_at=T0) for i in range(8)]
+    refuse_runs_of(bad)
+    with caplog.at_level(logging.WARNING, logger="apps.scheduler"), django_capture_on_commit_callbacks(execute=True):
+        processed, _ = materialize_due_runs(partitions=ALL, now=T0, batch_size=1000)
+    assert processed == 9
+    assert JobRun.objects.filter(definition__in=healthy, scheduled_for=T0).count() == 8
+    bad.refresh_from_db()
+    assert bad.status == JobStatus.PAUSED and bad.next_fire_at == T0
+    assert bad.status_reason.startswith("Paused by Chime: its runs could not be recorded: ")
+    assert "value refused for this test" in bad.status_reason and "CONTEXT" not in bad.status_reason
+    assert len([line for line in quarantine_lines(caplog) if str(bad.id) in line]) == 1
+
+
+def test_when_postgresql_refuses_every_row_the_step_fails_and_nothing_is_quarantined(tenant):
+    import psycopg
+
+    jobs = [JobFactory(tenant=tenant, next_fire_at=T0) for _ in range(3)]
+    refuse_runs_of(*jobs)
+    with pytest.raises(psycopg.DataError):  # raw from the unnest INSERT's own cursor
+        materialize_due_runs(partitions=ALL, now=T0, batch_size=1000)
+    assert not JobDefinition.objects.filter(id__in=[j.id for j in jobs], status=JobStatus.PAUSED).exists()
