@@ -4,6 +4,9 @@ import os
 
 from celery import Celery, signals
 
+from config.kombu_fixes import guard_orphaned_channels
+
+guard_orphaned_channels()  # a worker that loses Redis reconnects instead of dying (see the module)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
 app = Celery("chime")
@@ -58,3 +61,13 @@ def _tell_children_to_drain(**kwargs):
     for child in active_children():
         with contextlib.suppress(ProcessLookupError, TypeError):
             os.kill(child.pid, signal.SIGTERM)
+
+
+@signals.worker_process_shutdown.connect
+def _drain_the_delivery_window(**kwargs):
+    """A child's tasks return once their runs are admitted, so the child may be told to exit
+    with requests still in flight: they get the shutdown grace, their outcomes are recorded, and
+    parked runs go back to the broker before the process ends (apps/delivery/window.py)."""
+    from apps.delivery.window import drain_window
+
+    drain_window()

@@ -1,12 +1,12 @@
 """Claiming runs for delivery: the conditional flip `queued -> running`, the run lease, and the
-job's concurrency policy."""
+job's concurrency policy. The leases of runs in flight are renewed by the delivery window
+(apps/delivery/window.py)."""
 
 import logging
-import threading
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
@@ -26,9 +26,26 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
     """Take the runs that are still `queued`; the rest were claimed, cancelled or finished elsewhere.
 
     Jobs whose concurrency policy is not `allow` are claimed under a lock on the job row, so two
-    workers cannot both decide that nothing else of that job is running.
+    workers cannot both decide that nothing else of that job is running. That lock is taken
+    before the runs' (docs/architecture.md#lock-order: job row, then its runs), the order in which
+    pause, update and delete take them; the other way round, claim and delete deadlocked.
     """
     with transaction.atomic():
+        guarded_jobs = sorted(
+            set(
+                JobRun.objects.filter(id__in=run_ids, status=RunStatus.QUEUED)
+                .exclude(definition__concurrency_policy=ConcurrencyPolicy.ALLOW)
+                .values_list("definition_id", flat=True)
+            )
+        )
+        locked_jobs = set()
+        if guarded_jobs:
+            locked_jobs = set(
+                JobDefinition.objects.select_for_update()
+                .filter(id__in=guarded_jobs)
+                .order_by("id")
+                .values_list("id", flat=True)
+            )
         runs = list(
             JobRun.objects.select_for_update(skip_locked=True, of=("self",))
             # Runs already `running` under this very owner were claimed by a try of this call
@@ -39,13 +56,22 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
         )
         already = [run for run in runs if run.status == RunStatus.RUNNING]
         runs = [run for run in runs if run.status == RunStatus.QUEUED]
-        guarded_jobs = sorted({r.definition_id for r in runs if r.definition.concurrency_policy != "allow"})
-        if guarded_jobs:
-            list(JobDefinition.objects.select_for_update().filter(id__in=guarded_jobs).order_by("id").values("id"))
+        late = sorted({r.definition_id for r in runs if r.definition.concurrency_policy != "allow"} - locked_jobs)
+        if late:
+            # A job whose policy changed to guarded since the first read: waiting for its row now
+            # would invert the order, so take it only if free; its runs stay `queued` otherwise
+            # (the requeue sweep publishes them again).
+            locked_jobs |= set(
+                JobDefinition.objects.select_for_update(skip_locked=True)
+                .filter(id__in=late)
+                .values_list("id", flat=True)
+            )
         claimed = []
         for run in runs:
             policy = run.definition.concurrency_policy
-            if policy != ConcurrencyPolicy.ALLOW and not _apply_concurrency_policy(run, policy, now=now):
+            if policy != ConcurrencyPolicy.ALLOW and (
+                run.definition_id not in locked_jobs or not _apply_concurrency_policy(run, policy, now=now)
+            ):
                 continue
             claimed.append(run)
         JobRun.objects.filter(id__in=[r.id for r in claimed], status=RunStatus.QUEUED).update(
@@ -87,38 +113,3 @@ def _apply_concurrency_policy(run: JobRun, policy: str, *, now: datetime) -> boo
         status_reason=f"Replaced by run {run.id} (concurrency_policy 'replace').",
     )
     return True
-
-
-class LeaseRenewer:
-    """Renews the leases of in-flight runs from a background thread while requests are out, so
-    a worker that dies is noticed within one lease, however long the job's timeout."""
-
-    def __init__(self, run_ids: list, *, owner: str):
-        self.run_ids = run_ids
-        self.owner = owner
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="lease-renewer", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self):
-        # A failed renewal (the database restarting) must not end renewing: the next one, once
-        # the database answers, keeps the leases before the sweep may judge them expired (the
-        # sweep gives a restarted database a renewal period first: recover_expired_leases).
-        try:
-            while not self._stop.wait(settings.CHIME_RUN_LEASE_RENEW_SECONDS):
-                try:
-                    JobRun.objects.filter(
-                        id__in=self.run_ids, status=RunStatus.RUNNING, lease_owner=self.owner
-                    ).update(lease_expires_at=lease_expiry())
-                except Exception as exc:
-                    logger.warning("renewing %d run leases failed (%s); trying again", len(self.run_ids), exc)
-                    connection.close()
-        finally:
-            connection.close()  # this thread's own connection

@@ -20,31 +20,31 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import email.utils
-import ipaddress
 import logging
 import math
 import os
-import re
-import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import ThreadedResolver
-from yarl import URL
 
-from .safety import (
-    InvalidTarget,
-    UnsafeTarget,
-    address_refusal_reason,
-    check_url,
-    refusal_message,
+from .guard import GuardedResolver, _find_unsafe, describe_error, guard_parsed_url  # noqa: F401 (re-exported)
+from .safety import check_url
+from .webhook_types import (
+    DRAIN_LIMIT_BYTES,
+    ERROR_INTERRUPTED,
+    ERROR_INVALID_TARGET,
+    ERROR_NETWORK,
+    ERROR_REFUSED,
+    ERROR_TIMEOUT,
+    EXCERPT_BYTES,
+    WebhookRequest,
+    WebhookResponse,
+    failed_response,
+    parse_retry_after,
 )
 
 __all__ = [
@@ -63,19 +63,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ERROR_NETWORK = "network"
-ERROR_TIMEOUT = "timeout"
-ERROR_REFUSED = "refused"
-ERROR_INVALID_TARGET = "invalid_target"
-#: The request was cancelled in flight because the worker is shutting down.
-ERROR_INTERRUPTED = "interrupted"
-
-#: Bytes of response body kept in ``WebhookResponse.body_excerpt``.
-EXCERPT_BYTES = 4096
-#: After the excerpt, up to this many more body bytes are read so the
-#: connection can go back to the keep-alive pool; beyond it the connection is
-#: closed instead (a huge body is never downloaded).
-DRAIN_LIMIT_BYTES = 64 * 1024
 #: Extra time on top of ``timeout_seconds`` before our own watchdog fires
 #: (aiohttp's ClientTimeout(total=...) normally fires first).
 _WATCHDOG_SLACK_SECONDS = 2.0
@@ -85,90 +72,6 @@ _ABANDON_POLL_SECONDS = 0.25
 KEEPALIVE_SECONDS = 30.0
 #: Seconds a (checked) DNS answer is cached by the connector.
 DNS_CACHE_SECONDS = 30
-
-
-@dataclass
-class WebhookRequest:
-    key: str
-    url: str
-    method: str
-    headers: dict[str, str]
-    body: bytes
-    timeout_seconds: float
-
-    def __post_init__(self) -> None:
-        # Programming errors fail loudly here, not as a delivery failure.
-        if not isinstance(self.body, bytes):
-            raise TypeError("WebhookRequest.body must be bytes")
-        timeout = float(self.timeout_seconds)
-        if not math.isfinite(timeout) or timeout <= 0:
-            # aiohttp treats total=0 as "no timeout"; never allow that.
-            raise ValueError("WebhookRequest.timeout_seconds must be > 0")
-
-
-@dataclass
-class WebhookResponse:
-    key: str
-    started_at: datetime
-    finished_at: datetime
-    duration_ms: int
-    status_code: int | None
-    body_excerpt: str
-    retry_after_seconds: float | None
-    error: str | None
-    error_kind: str | None
-    headers: dict[str, str] = field(default_factory=dict, repr=False)
-
-
-# --------------------------------------------------------------------------
-# Resolver
-# --------------------------------------------------------------------------
-
-
-class GuardedResolver(AbstractResolver):
-    """Resolve with an inner resolver, refuse if any address is disallowed.
-
-    Raises :class:`UnsafeTarget` (deliberately *not* an ``OSError``: aiohttp
-    3.14 wraps only ``OSError`` from the resolver in
-    ``ClientConnectorDNSError``, so this propagates unwrapped out of
-    ``session.request``; :func:`_find_unsafe` also walks ``__cause__`` /
-    ``os_error`` in case a future aiohttp wraps it). A refused answer raises
-    before aiohttp's DNS cache stores it, so it is never cached.
-    """
-
-    def __init__(
-        self,
-        *,
-        allow_private_networks: bool,
-        resolver: AbstractResolver | None = None,
-    ) -> None:
-        self._allow_private_networks = allow_private_networks
-        self._resolver = resolver if resolver is not None else ThreadedResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._resolver.resolve(host, port, family=family)
-        if not results:
-            raise OSError(f"no addresses found for {host}")
-        for result in results:
-            address = result["host"]
-            reason = address_refusal_reason(address, allow_private_networks=self._allow_private_networks)
-            if reason is not None:
-                raise UnsafeTarget(
-                    refusal_message(
-                        address,
-                        reason,
-                        host=host,
-                        allow_private_networks=self._allow_private_networks,
-                    ),
-                    host=host,
-                    address=str(address),
-                )
-        return results
-
-    async def close(self) -> None:
-        await self._resolver.close()
 
 
 # --------------------------------------------------------------------------
@@ -377,11 +280,18 @@ class Transport:
         for future in pending:
             index = futures[future]
             future.cancel()
-            results[index] = _failed(requests[index], error, kind)
+            results[index] = failed_response(requests[index], error, kind)
 
     def _runner_thread(self) -> threading.Thread | None:
         runner = self._runner
         return runner.thread if runner is not None else None
+
+    def submit(self, request: WebhookRequest) -> concurrent.futures.Future:
+        """Start one request on the transport's loop and return at once; the future ends with its
+        WebhookResponse (never an exception, except when cancelled). The delivery window
+        (apps/delivery/window.py) keeps many of these out and records each as it ends."""
+        loop = self._get_loop()
+        return asyncio.run_coroutine_threadsafe(self._send(request), loop)
 
     async def send_one(self, request: WebhookRequest) -> WebhookResponse:
         """Send one request. May be awaited from any event loop: when that is
@@ -400,7 +310,7 @@ class Transport:
         try:
             session, slots = self._session_on_loop()
         except _TransportClosed as exc:
-            return _failed(request, str(exc), ERROR_NETWORK)
+            return failed_response(request, str(exc), ERROR_NETWORK)
         async with slots:
             started_at = datetime.now(UTC)
             t0 = time.monotonic()
@@ -413,7 +323,7 @@ class Transport:
             try:
                 status, headers, excerpt, retry_after = await self._exchange(session, request)
             except Exception as exc:
-                error, kind = _describe_error(exc, request)
+                error, kind = describe_error(exc, request)
             finished_at = datetime.now(UTC)
             return WebhookResponse(
                 key=request.key,
@@ -432,7 +342,7 @@ class Transport:
         self, session: aiohttp.ClientSession, request: WebhookRequest
     ) -> tuple[int, dict[str, str], str, float | None]:
         check_url(request.url, allow_private_networks=self.allow_private_networks)
-        url = _guard_parsed_url(request.url, self.allow_private_networks)
+        url = guard_parsed_url(request.url, self.allow_private_networks)
         timeout = float(request.timeout_seconds)
         async with asyncio.timeout(timeout + _WATCHDOG_SLACK_SECONDS):
             async with session.request(
@@ -456,21 +366,6 @@ class Transport:
 
 class _TransportClosed(RuntimeError):
     pass
-
-
-def _failed(request: WebhookRequest, error: str, kind: str) -> WebhookResponse:
-    now = datetime.now(UTC)
-    return WebhookResponse(
-        key=request.key,
-        started_at=now,
-        finished_at=now,
-        duration_ms=0,
-        status_code=None,
-        body_excerpt="",
-        retry_after_seconds=None,
-        error=error,
-        error_kind=kind,
-    )
 
 
 async def _read_excerpt(resp: aiohttp.ClientResponse) -> bytes:
@@ -497,142 +392,6 @@ async def _read_excerpt(resp: aiohttp.ClientResponse) -> bytes:
     except (aiohttp.ClientError, OSError, TimeoutError):
         resp.close()
     return bytes(buf)
-
-
-def _guard_parsed_url(url: str, allow_private_networks: bool) -> URL:
-    """Re-check the host exactly as yarl (and therefore aiohttp) parses it:
-    aiohttp bypasses the resolver when the host looks like an IP address
-    (contains ':' or only digits and dots)."""
-    try:
-        parsed = URL(url)
-    except (ValueError, TypeError) as exc:
-        raise InvalidTarget(f"invalid URL: {exc}") from exc
-    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
-        raise InvalidTarget("invalid URL")
-    if parsed.user is not None or parsed.password is not None:
-        raise InvalidTarget("credentials in the URL are not allowed")
-    host = parsed.raw_host
-    if ":" in host or host.replace(".", "").isdigit():
-        try:
-            addr = ipaddress.ip_address(host.split("%", 1)[0])
-        except ValueError as exc:
-            raise UnsafeTarget(f"{host} is not a standard IP address", host=host, address=host) from exc
-        reason = address_refusal_reason(addr, allow_private_networks=allow_private_networks)
-        if reason is not None:
-            raise UnsafeTarget(
-                refusal_message(addr, reason, allow_private_networks=allow_private_networks),
-                host=host,
-                address=str(addr),
-            )
-    return parsed
-
-
-# --------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------
-
-
-def _find_unsafe(exc: BaseException) -> UnsafeTarget | None:
-    """Find our refusal inside aiohttp's wrapping (``os_error``,
-    ``__cause__``, ``__context__``)."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, UnsafeTarget):
-            return current
-        os_error = getattr(current, "os_error", None)
-        if isinstance(os_error, BaseException):
-            stack.append(os_error)
-        stack.append(current.__cause__)
-        stack.append(current.__context__)
-    return None
-
-
-def _fmt_seconds(seconds: float) -> str:
-    return f"{seconds:g}s"
-
-
-def _describe_error(exc: Exception, request: WebhookRequest) -> tuple[str, str]:
-    """(human message, error_kind) for a failed request."""
-    unsafe = _find_unsafe(exc)
-    if unsafe is not None:
-        return f"refused: {unsafe}", ERROR_REFUSED
-    if isinstance(exc, InvalidTarget):
-        return f"invalid target: {exc}", ERROR_INVALID_TARGET
-    if isinstance(exc, aiohttp.InvalidURL):
-        return f"invalid target: invalid URL {exc}", ERROR_INVALID_TARGET
-    # Timeouts before connection errors: ConnectionTimeoutError is both.
-    if isinstance(exc, TimeoutError):  # == asyncio.TimeoutError on 3.11
-        return f"timed out after {_fmt_seconds(request.timeout_seconds)}", ERROR_TIMEOUT
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return (
-            f"TLS certificate verification failed for {exc.host}: {exc.certificate_error}",
-            ERROR_NETWORK,
-        )
-    if isinstance(exc, aiohttp.ClientConnectorSSLError | aiohttp.ClientSSLError):
-        return f"TLS error: {exc}", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return (
-            f"DNS lookup failed for {exc.host}: {_os_error_text(exc.os_error)}",
-            ERROR_NETWORK,
-        )
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        where = f"{exc.host}:{exc.port}"
-        if isinstance(os_error, ConnectionRefusedError):
-            return f"connection refused by {where}", ERROR_NETWORK
-        if isinstance(os_error, TimeoutError):
-            return f"connection to {where} timed out", ERROR_TIMEOUT
-        return f"could not connect to {where}: {_os_error_text(os_error)}", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "server closed the connection without a complete response", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"invalid HTTP response: {exc.message}", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return f"network error: {exc or type(exc).__name__}", ERROR_NETWORK
-    if isinstance(exc, ValueError):
-        # e.g. CR/LF in a header value: a configuration problem, not retryable.
-        return f"invalid request: {exc}", ERROR_INVALID_TARGET
-    logger.exception("unexpected error delivering webhook %s", request.key)
-    return f"unexpected error: {type(exc).__name__}: {exc}", ERROR_NETWORK
-
-
-def _os_error_text(error: OSError) -> str:
-    text = error.strerror or str(error) or type(error).__name__
-    return text
-
-
-# --------------------------------------------------------------------------
-# Retry-After
-# --------------------------------------------------------------------------
-
-_DELTA_SECONDS = re.compile(r"[0-9]+", re.ASCII)
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After value (delta-seconds or HTTP-date);
-    ``None`` if absent or unparseable. Dates in the past give 0.0."""
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    if _DELTA_SECONDS.fullmatch(text):
-        return float(int(text))
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:  # pragma: no cover - older Pythons
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    current = now if now is not None else datetime.now(UTC)
-    return max(0.0, (when - current).total_seconds())
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,505 @@
+"""The delivery window of one worker process: many requests in flight, each recorded as it ends.
+
+A Celery task used to send its chunk of runs and return when the slowest request ended, so two
+slow chunks held both worker processes and every tenant waited. Now a task only *admits* its runs
+into this process's window and returns (docs/architecture.md#the-delivery-window):
+
+- a run is claimed and its request started only when there is room: at most
+  CHIME_WORKER_MAX_IN_FLIGHT requests per process, CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT per
+  tenant and CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST per endpoint host;
+- a run over its tenant's or host's share is *parked*: not claimed (it stays `queued`, its
+  message is acked) and kept here by id until a slot of that tenant and host frees. If the process
+  dies, the requeue sweep publishes it again (it is `queued` without a message);
+- only a full window blocks the task: backpressure to Celery, other processes take the messages;
+- the recorder thread records each outcome when its request ends (those that ended close together
+  in one batch), frees the slots, claims parked runs into them, and interrupts what is still out
+  once a shutdown's grace is over; the renewer thread renews the lease of every run in flight;
+- before the process exits, `drain()` lets requests finish within the grace, records them and
+  publishes the parked runs again, so a warm shutdown loses nothing and waits for no sweep.
+
+At least once holds as before: a run is `running` under a lease from claim to record, so a process
+that dies mid-window leaves runs that the lease sweep makes deliverable again (same webhook-id).
+"""
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from apps.core.dbretry import TRANSIENT, with_db_retry
+from apps.jobs.models import JobRun, RunStatus
+
+from .claiming import claim_runs, lease_expiry
+from .draining import grace_over, is_draining, start_draining
+from .enqueue import by_priority, publish_runs
+from .preparing import (
+    DeliveryReport,
+    HandBack,
+    build_request,
+    cancel_unsendable,
+    delivery_owner,
+    fail_unbuildable,
+    hand_back,
+    still_mine,
+)
+from .recording import record_in_lock_order
+from .transport import ERROR_INTERRUPTED, get_transport
+from .webhook_types import WebhookRequest, WebhookResponse, failed_response
+
+logger = logging.getLogger(__name__)
+
+RECORD_BATCH = 200  # outcomes recorded in one transaction at most
+POLL_SECONDS = 0.1
+
+
+class Ticket:
+    """What a synchronous caller waits on: every run id it passed, until each is settled (not
+    claimed, cancelled, handed back, left for the sweep, or its outcome recorded).
+
+    Its runs' outcomes come to the caller's own thread (`ended`), which records them, renews their
+    leases and claims its parked runs (Window.serve): all its database work happens in the
+    caller's session, so it works inside the caller's transaction too (tests)."""
+
+    def __init__(self, run_ids):
+        self.report = DeliveryReport()
+        self.ended: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending = {str(r) for r in run_ids}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if not self._pending:
+            self._done.set()
+
+    def settle(self, run_ids, outcomes: dict | None = None) -> None:
+        with self._lock:
+            for outcome, n in (outcomes or {}).items():
+                self.report.outcomes[outcome] += n
+            self._pending.difference_update(str(r) for r in run_ids)
+            if not self._pending:
+                self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+
+@dataclass(eq=False)
+class Row:
+    """A run admitted or parked: what the caps need, known before the run is claimed."""
+
+    run_id: str
+    tenant: str
+    host: str
+    priority: str
+    ticket: Ticket | None
+
+
+@dataclass(eq=False)
+class Flight:
+    row: Row
+    run: JobRun
+    request: WebhookRequest
+    owner: str
+    response: WebhookResponse | None = None
+    future: object = field(default=None, repr=False)
+
+
+def host_of(url: str) -> str:
+    """The endpoint a cap per host counts: host and port (an origin), as the connection pool does."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return f"{(parts.hostname or '').lower()}:{port}"
+    except ValueError:
+        return ""
+
+
+class Window:
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._slots = 0  # in flight or reserved for a claim under way
+        self._by_tenant: Counter = Counter()
+        self._by_host: Counter = Counter()
+        self._flights: dict = {}  # run id -> Flight
+        self._parked: deque[Row] = deque()
+        self._parked_ids: set[str] = set()
+        self._ended: queue.SimpleQueue[Flight] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._recorder = threading.Thread(target=self._record_loop, name="chime-recorder", daemon=True)
+        self._renewer = threading.Thread(target=self._renew_loop, name="chime-lease-renewer", daemon=True)
+        self._recorder.start()
+        self._renewer.start()
+
+    # -- slots -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _caps() -> tuple[int, int, int]:
+        return (
+            settings.CHIME_WORKER_MAX_IN_FLIGHT,
+            settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT,
+            settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST,
+        )
+
+    def _over_share(self, row: Row) -> bool:
+        _total, per_tenant, per_host = self._caps()
+        return self._by_tenant[row.tenant] >= per_tenant or (bool(row.host) and self._by_host[row.host] >= per_host)
+
+    def _take(self, row: Row) -> None:
+        self._slots += 1
+        self._by_tenant[row.tenant] += 1
+        self._by_host[row.host] += 1
+
+    def _free(self, rows) -> None:
+        with self._cond:
+            for row in rows:
+                self._slots -= 1
+                self._by_tenant[row.tenant] -= 1
+                self._by_host[row.host] -= 1
+                if self._by_tenant[row.tenant] <= 0:
+                    del self._by_tenant[row.tenant]
+                if self._by_host[row.host] <= 0:
+                    del self._by_host[row.host]
+            self._cond.notify_all()
+
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._flights)
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def admit(self, run_ids: list[str], *, ticket: Ticket | None = None) -> DeliveryReport:
+        """Claim and start what fits; park what is over its share; block only while the window
+        is full. Raises HandBack (the message goes back to the broker) when the worker is
+        draining or the database stays away before anything of the message was claimed."""
+        if is_draining():
+            raise HandBack("worker is shutting down")
+        report = DeliveryReport()
+        try:
+            rows = with_db_retry(lambda: self._peek(run_ids, ticket), what="reading runs", deadline_seconds=_patience())
+        except TRANSIENT as exc:
+            raise HandBack("database unavailable while claiming") from exc
+        if ticket is not None:
+            ticket.settle(set(map(str, run_ids)) - {row.run_id for row in rows})
+        pending = deque(rows)
+        while pending:
+            take = []
+            with self._cond:
+                while pending:
+                    row = pending[0]
+                    if row.run_id in self._parked_ids:
+                        pending.popleft()  # a copy of a message we already hold
+                        if ticket is not None:
+                            ticket.settle([row.run_id])
+                    elif self._over_share(row):
+                        self._park(pending.popleft())
+                    elif self._slots < self._caps()[0]:
+                        self._take(pending.popleft())
+                        take.append(row)
+                    elif take:
+                        break  # start what was taken before waiting for room
+                    elif is_draining():
+                        # Nothing of these was claimed: back to the broker with the message.
+                        raise HandBack("worker is shutting down")
+                    else:
+                        self._cond.wait(POLL_SECONDS)
+            if take:
+                report.claimed += self._launch(take, ticket=ticket, handing_back_ok=not report.claimed)
+        return report
+
+    def _peek(self, run_ids, ticket) -> list[Row]:
+        rows = JobRun.objects.filter(id__in=run_ids, status=RunStatus.QUEUED).values_list(
+            "id", "tenant_id", "priority", "definition__target_url"
+        )
+        return [Row(str(i), str(t), host_of(url), p, ticket) for i, t, p, url in rows.order_by("scheduled_for")]
+
+    def _park(self, row: Row) -> None:
+        if len(self._parked) >= settings.CHIME_WORKER_MAX_PARKED:
+            # Left `queued` without a message here: the requeue sweep publishes it again.
+            if row.ticket is not None:
+                row.ticket.settle([row.run_id], {"deferred": 1})
+            return
+        self._parked.append(row)
+        self._parked_ids.add(row.run_id)
+
+    def _launch(self, rows: list[Row], *, ticket: Ticket | None, handing_back_ok: bool) -> int:
+        """Claim the rows (their slots are taken), then start a request for each claimed run.
+        Returns how many were claimed. Whatever happens, every row ends either in flight or
+        released (its slot freed, its ticket told): a slot never leaks."""
+        by_id = {row.run_id: row for row in rows}
+        try:
+            return self._claim_and_start(by_id, ticket=ticket, handing_back_ok=handing_back_ok)
+        finally:
+            self._release(list(by_id.values()))  # what was neither started nor released: a failure
+
+    def _claim_and_start(self, by_id: dict, *, ticket: Ticket | None, handing_back_ok: bool) -> int:
+        """Pops each row from `by_id` once it is released or in flight; `_launch` releases what
+        is left if this raises."""
+        owner = delivery_owner()
+        report = ticket.report if ticket is not None else DeliveryReport()
+
+        def release(run_ids, outcomes=None):
+            self._release([by_id.pop(i) for i in list(run_ids) if i in by_id], outcomes)
+
+        try:
+            runs = with_db_retry(
+                lambda: claim_runs(list(by_id), owner=owner, now=timezone.now()),
+                what="claiming runs",
+                deadline_seconds=_patience(),
+            )
+        except TRANSIENT as exc:
+            release(list(by_id))
+            if handing_back_ok:
+                raise HandBack("database unavailable while claiming") from exc
+            return 0  # left `queued`: the message is back with the broker or the sweep finds them
+        claimed_at = time.monotonic()
+        claimed = {str(run.id) for run in runs}
+        release(set(by_id) - claimed)
+        if ticket is not None:
+            with ticket._lock:
+                ticket.report.claimed += len(runs)
+        if not runs:
+            return 0
+        try:
+            to_send, secrets = with_db_retry(
+                lambda: cancel_unsendable(runs, owner=owner, report=report),
+                what="checking runs",
+                deadline_seconds=_patience(),
+            )
+            if to_send and time.monotonic() - claimed_at > settings.CHIME_RUN_LEASE_RENEW_SECONDS:
+                to_send = with_db_retry(
+                    lambda: still_mine(to_send, owner=owner), what="renewing leases", deadline_seconds=10
+                )
+        except TRANSIENT:
+            to_send = []  # the database stayed away: the leases expire and the sweep recovers the runs
+        release(claimed - {str(run.id) for run in to_send})
+        if to_send and is_draining():
+            hand_back(to_send, owner=owner)
+            release([str(run.id) for run in to_send], {"handed_back": len(to_send)})
+            return len(runs)
+        now = timezone.now()
+        transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+        for run in to_send:
+            run_id = str(run.id)
+            try:
+                request = build_request(run, secrets=secrets[run.tenant_id], now=now)
+            except Exception as exc:
+                logger.warning("run %s: request could not be built: %s", run.id, type(exc).__name__)
+                try:
+                    with_db_retry(
+                        lambda run=run, exc=exc: fail_unbuildable(run, exc, owner=owner, now=timezone.now()),
+                        what="failing an unbuildable run",
+                        deadline_seconds=_patience(),
+                    )
+                except Exception:
+                    logger.exception("run %s: could not record why it failed; the lease sweep takes over", run.id)
+                release([run_id], {RunStatus.FAILED: 1})
+                continue
+            flight = Flight(row=by_id[run_id], run=run, request=request, owner=owner)
+            with self._cond:
+                self._flights[run_id] = flight
+            try:
+                flight.future = transport.submit(request)
+            except Exception:
+                with self._cond:
+                    del self._flights[run_id]
+                raise  # `_launch` releases it and the rest; the lease sweep retries the runs
+            del by_id[run_id]  # in flight: the recorder releases it
+            flight.future.add_done_callback(lambda future, flight=flight: self._landed(flight, future))
+        return len(runs)
+
+    def _release(self, rows: list[Row], outcomes: dict | None = None) -> None:
+        """Rows that will not be sent from here (taken elsewhere, cancelled, handed back)."""
+        if rows:
+            self._free(rows)
+            self._settle_rows(rows, outcomes)
+
+    @staticmethod
+    def _settle_rows(rows: list[Row], outcomes: dict | None = None) -> None:
+        by_ticket = defaultdict(list)
+        for row in rows:
+            if row.ticket is not None:
+                by_ticket[row.ticket].append(row.run_id)
+        for ticket, ids in by_ticket.items():
+            ticket.settle(ids, outcomes)
+
+    def _landed(self, flight: Flight, future) -> None:
+        """On the transport's loop thread: hand the outcome to the recorder. Never raises."""
+        try:
+            flight.response = future.result()
+        except BaseException:  # cancelled by a shutdown past its grace (or a transport bug)
+            flight.response = failed_response(flight.request, "interrupted: the worker shut down", ERROR_INTERRUPTED)
+        (flight.row.ticket.ended if flight.row.ticket is not None else self._ended).put(flight)
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def _record_loop(self) -> None:
+        while not self._stop.is_set():
+            batch = self._step(self._ended, ticket=None)
+            if not batch and not self.in_flight():
+                connection.close()  # idle: give this thread's connection back
+
+    def _step(self, ended: queue.SimpleQueue, *, ticket: Ticket | None) -> list:
+        """Record what ended, then interrupt (grace over) or refill from the parked runs."""
+        try:
+            batch = [ended.get(timeout=POLL_SECONDS)]
+        except queue.Empty:
+            batch = []
+        while batch and len(batch) < RECORD_BATCH:
+            try:
+                batch.append(ended.get_nowait())
+            except queue.Empty:
+                break
+        try:
+            if batch:
+                self._record(batch)
+            if grace_over():
+                self._interrupt_all()
+            elif not is_draining():
+                self._fill_from_parked(ticket)
+        except Exception:
+            logger.exception("delivery window: recording step failed; going on")
+        return batch
+
+    def serve(self, ticket: Ticket, *, timeout_seconds: float) -> None:
+        """A synchronous caller's loop: record its runs as they end, renew their leases, claim
+        its parked runs into free slots, until every run of the ticket is settled."""
+        deadline = time.monotonic() + timeout_seconds
+        renewed = time.monotonic()
+        while not ticket.done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"runs still unsettled after {timeout_seconds:.0f} s")
+            self._step(ticket.ended, ticket=ticket)
+            if time.monotonic() - renewed >= settings.CHIME_RUN_LEASE_RENEW_SECONDS:
+                renewed = time.monotonic()
+                self._renew(ticket)
+
+    def _record(self, batch: list[Flight]) -> None:
+        by_owner = defaultdict(list)
+        for flight in batch:
+            by_owner[flight.owner].append(flight)
+        for owner, flights in by_owner.items():
+            deliveries = [(f.run, f.request, f.response) for f in flights]
+            outcomes: dict = {}
+            try:
+                outcomes = with_db_retry(
+                    lambda deliveries=deliveries, owner=owner: record_in_lock_order(deliveries, owner=owner),
+                    what="recording outcomes",
+                    deadline_seconds=_patience(),
+                )
+            except Exception:
+                # Not recorded: the leases lapse (no longer renewed) and the sweep retries the runs.
+                logger.exception("could not record %d outcomes; the lease sweep takes over", len(flights))
+                outcomes = {"unrecorded": len(flights)}
+            with self._cond:
+                for flight in flights:
+                    self._flights.pop(flight.row.run_id, None)
+            self._release([f.row for f in flights], outcomes)
+
+    def _interrupt_all(self) -> None:
+        """The shutdown grace is over: cancel what is still out; each comes back `interrupted`
+        and is recorded as such (deliverable again at once, same webhook-id)."""
+        with self._cond:
+            flights = list(self._flights.values())
+        for flight in flights:
+            if flight.future is not None and not flight.future.done():
+                flight.future.cancel()
+
+    def _fill_from_parked(self, ticket: Ticket | None) -> None:
+        """Claim parked runs (of this ticket, or the tasks' ones) whose tenant and host have room."""
+        take = []
+        with self._cond:
+            if not self._parked:
+                return
+            total = self._caps()[0]
+            for row in list(self._parked):
+                if self._slots >= total:
+                    break
+                if row.ticket is ticket and not self._over_share(row):
+                    self._parked.remove(row)
+                    self._parked_ids.discard(row.run_id)
+                    self._take(row)
+                    take.append(row)
+        if take:
+            self._launch(take, ticket=ticket, handing_back_ok=False)
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(settings.CHIME_RUN_LEASE_RENEW_SECONDS):
+            if self._renew(None):
+                connection.close()
+
+    def _renew(self, ticket: Ticket | None) -> bool:
+        """Renew the leases of the runs in flight for this ticket (or for the tasks)."""
+        with self._cond:
+            flights = [(f.run.id, f.owner) for f in self._flights.values() if f.row.ticket is ticket]
+        if not flights:
+            return False
+        try:
+            JobRun.objects.filter(
+                id__in=[run_id for run_id, _ in flights],
+                status=RunStatus.RUNNING,
+                lease_owner__in={owner for _, owner in flights},
+            ).update(lease_expires_at=lease_expiry())
+        except Exception as exc:
+            # The next renewal, once the database answers, keeps the leases (the sweep gives
+            # a restarted database a renewal period first: recover_expired_leases).
+            logger.warning("renewing %d run leases failed (%s); trying again", len(flights), exc)
+        return True
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Before the process exits: no new work, requests in flight get the shutdown grace (then
+        are interrupted), every outcome is recorded, parked runs go back to the broker."""
+        start_draining()
+        with self._cond:
+            parked = list(self._parked)
+            self._parked.clear()
+            self._parked_ids.clear()
+        for priority, run_ids in by_priority((row.run_id, row.priority) for row in parked).items():
+            try:
+                publish_runs(run_ids, priority=priority)
+            except Exception:
+                logger.warning("could not publish %d parked runs; the requeue sweep will", len(run_ids))
+        self._settle_rows(parked)
+        deadline = time.monotonic() + settings.CHIME_WORKER_SHUTDOWN_GRACE_SECONDS + 30
+        with self._cond:
+            while self._slots and time.monotonic() < deadline:
+                self._cond.wait(POLL_SECONDS)
+        self._stop.set()
+
+
+def _patience() -> float:
+    return settings.CHIME_WORKER_DB_RETRY_SECONDS
+
+
+_window: Window | None = None
+_window_pid: int | None = None
+_window_lock = threading.Lock()
+
+
+def get_window() -> Window:
+    """This process's window (a new one after fork: the parent's threads do not exist here)."""
+    import os
+
+    global _window, _window_pid
+    with _window_lock:
+        if _window is None or _window_pid != os.getpid() or _window._stop.is_set():
+            _window, _window_pid = Window(), os.getpid()
+        return _window
+
+
+def drain_window() -> None:
+    """worker_process_shutdown: drain this process's window if it has one."""
+    import os
+
+    with _window_lock:
+        window = _window if _window_pid == os.getpid() else None
+    if window is not None:
+        window.drain()

@@ -1,0 +1,173 @@
+"""The delivery window of a worker process (apps/delivery/window.py), in-process: real
+PostgreSQL, a real receiver on 127.0.0.1 that counts the requests it holds at once, the real
+transport. The killed-worker case runs a real Celery worker process."""
+
+import signal
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from apps.delivery import draining
+from apps.delivery.services import admit_runs, deliver_runs
+from apps.jobs.models import ErrorKind, JobRun, RunStatus
+from apps.tenants.services import tenant_create
+from tests.factories import JobFactory
+from tests.scenarios.conftest import FAST
+from tests.support.processes import start_scheduler, start_worker, wait_until
+from tests.support.receiver import Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def not_draining():
+    draining.reset()
+    yield
+    draining.reset()
+
+
+class Concurrency:
+    """A receiver reply that holds each request and records how many were held at once."""
+
+    def __init__(self, hold_seconds: float, hold=lambda delivery: True):
+        self.hold_seconds, self.hold = hold_seconds, hold
+        self.now = self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, delivery) -> Reply:
+        if not self.hold(delivery):
+            return Reply()
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.hold_seconds)
+        with self._lock:
+            self.now -= 1
+        return Reply()
+
+
+def queued_runs(job, n) -> list[JobRun]:
+    now = timezone.now()
+    return [
+        JobRun.objects.create(
+            tenant=job.tenant,
+            definition=job,
+            partition=job.partition,
+            scheduled_for=now.replace(microsecond=i),
+            available_at=now,
+            status=RunStatus.QUEUED,
+            queued_at=now,
+        )
+        for i in range(n)
+    ]
+
+
+def ids(runs) -> list[str]:
+    return [str(run.id) for run in runs]
+
+
+def test_a_tenant_holds_at_most_its_share_of_the_window(tenant, receiver, settings):
+    settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT = 3
+    receiver.respond = held = Concurrency(0.5)
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 10)
+    report = deliver_runs(ids(runs))
+    assert report.as_dict() == {"claimed": 10, "outcomes": {"succeeded": 10}}
+    assert held.most == 3, "never more than the tenant's share in flight, and the share was used"
+    assert len(receiver.received()) == 10
+
+
+def test_an_endpoint_host_holds_at_most_its_share_across_tenants(tenant, receiver, settings):
+    settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 4
+    receiver.respond = held = Concurrency(0.5)
+    other = tenant_create(slug="initech", name="Initech")
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/a"), 6)
+    runs += queued_runs(JobFactory(tenant=other, target_url=f"{receiver.url}/b"), 6)
+    report = deliver_runs(ids(runs))
+    assert report.outcomes["succeeded"] == 12
+    assert held.most == 4
+
+
+def test_an_outcome_is_recorded_while_another_request_of_the_same_task_is_out(tenant, receiver):
+    job = JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook", timeout_seconds=30)
+    quick, slow = queued_runs(job, 2)
+    receiver.respond = Concurrency(8, hold=lambda d: d.webhook_id == str(slow.id))
+    started = time.monotonic()
+    report = admit_runs(ids([quick, slow]))  # what the Celery task does
+    assert report.claimed == 2
+    assert time.monotonic() - started < 5, "the task returned once its runs were admitted"
+    wait_until(
+        lambda: JobRun.objects.filter(id=quick.id, status=RunStatus.SUCCEEDED).exists(),
+        timeout=5,
+        message="the quick run recorded",
+    )
+    slow.refresh_from_db()
+    assert slow.status == RunStatus.RUNNING, "recorded while the slow request of the same task was still out"
+    wait_until(
+        lambda: JobRun.objects.filter(id=slow.id, status=RunStatus.SUCCEEDED).exists(), timeout=20, message="slow one"
+    )
+    assert len(receiver.received()) == 2
+
+
+def test_runs_that_cannot_be_built_fail_with_their_reason_beside_healthy_ones(tenant, receiver):
+    good = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/ok"), 3)
+    bad_headers = JobFactory(tenant=tenant, target_url=f"{receiver.url}/x")
+    type(bad_headers).objects.filter(id=bad_headers.id).update(target_headers=["not", "a", "mapping"])
+    bad_timeout = JobFactory(tenant=tenant, target_url=f"{receiver.url}/y")
+    type(bad_timeout).objects.filter(id=bad_timeout.id).update(timeout_seconds=0)
+    bad_url = JobFactory(tenant=tenant, target_url="http://[::1/hook")
+    broken = [queued_runs(job, 1)[0] for job in (bad_headers, bad_timeout, bad_url)]
+    report = deliver_runs(ids(good[:2] + broken + good[2:]))
+    assert report.outcomes["succeeded"] == 3 and report.outcomes["failed"] == 3, report.as_dict()
+    assert {d.path for d in receiver.received()} == {"/ok"}
+    for run in broken:
+        run.refresh_from_db()
+        assert run.status == RunStatus.FAILED and run.lease_owner == ""
+        assert run.attempts.get().error_kind == ErrorKind.INVALID_TARGET
+    assert "could not be built" in JobRun.objects.get(id=broken[0].id).status_reason
+    assert "could not be built" in JobRun.objects.get(id=broken[1].id).status_reason
+    assert "invalid" in JobRun.objects.get(id=broken[2].id).status_reason.lower()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_worker_killed_mid_window_has_its_runs_delivered_again(tenant, receiver, redis_required):
+    """In flight (claimed, leased) and parked (still `queued`) runs of a SIGKILLed worker process
+    are all delivered: the lease sweep and the requeue sweep recover them."""
+    first_seen: set[str] = set()
+    lock = threading.Lock()
+
+    def hold_first_delivery(delivery):
+        with lock:
+            first = delivery.webhook_id not in first_seen
+            first_seen.add(delivery.webhook_id)
+        if first:
+            time.sleep(60)
+        return Reply()
+
+    receiver.respond = hold_first_delivery
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook", retry_max_attempts=3), 8)
+    JobRun.objects.filter(id__in=ids(runs)).update(status=RunStatus.SCHEDULED, queued_at=None)
+    caps = {"CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT": "5"}  # 5 in flight, 3 parked
+    victim = start_worker(name="victim", queues="runs.high,runs.default", concurrency=1, **FAST, **caps)
+    scheduler = start_scheduler(**FAST)
+    rescuer = None
+    try:
+        wait_until(lambda: len(receiver.received()) >= 5, timeout=30, message="the window is full")
+        victim.kill(signal.SIGKILL)
+        victim.stop()
+        rescuer = start_worker(name="rescuer", queues="runs.high,runs.default", **FAST)
+        wait_until(
+            lambda: JobRun.objects.filter(id__in=ids(runs), status=RunStatus.SUCCEEDED).count() == len(runs),
+            timeout=90,
+            message="every run delivered",
+        )
+    finally:
+        scheduler.stop()
+        if rescuer is not None:
+            rescuer.stop()
+    delivered = {d.webhook_id for d in receiver.received()}
+    assert delivered == set(ids(runs)), "every run delivered, each with its own webhook-id"
+    lost = JobRun.objects.filter(id__in=ids(runs), attempts__error_kind=ErrorKind.WORKER_LOST).count()
+    assert lost >= 5, "the runs in flight were recovered by the lease sweep"
