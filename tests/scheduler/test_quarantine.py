@@ -27,9 +27,10 @@ POISONS = {
     "zone": ("timezone", "Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
     # Not cron at all.
     "garbage": ("cron_expression", "every tuesday-ish", "a cron expression needs exactly 5 fields"),
-    # croniter itself accepts a sixth (seconds) field; Chime's parser refuses it: a row stored
-    # before the parser was tightened.
+    # Rows stored while croniter parsed cron (before apps/jobs/cron.py): it took a sixth
+    # (seconds) field and 'L-3'; Chime's own parser refuses both.
     "upgraded parser": ("cron_expression", "0 0 * * * *", "seconds are not supported"),
+    "upgraded parser, L-3": ("cron_expression", "0 0 L-3 * *", "'L-n' (n days before the last) is not supported"),
     # A DST policy value a later release dropped.
     "dst policy": ("dst_gap", "sideways", "dst_policy.gap must be 'shift' or 'skip'"),
 }
