@@ -4,6 +4,9 @@ import os
 
 from celery import Celery, signals
 
+from config.kombu_fixes import guard_orphaned_channels
+
+guard_orphaned_channels()  # a worker that loses Redis reconnects instead of dying (see the module)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
 app = Celery("chime")

@@ -19,7 +19,7 @@ class TenantPrincipal:
 
     @property
     def pk(self):
-        return self.api_key.pk  # per-key throttling identity
+        return self.api_key.pk  # the key; the rate limit counts per tenant (apps/api/throttling.py)
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

@@ -10,7 +10,16 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from apps.tenants.quotas import QuotaExceeded
+
 from .parsers import PayloadTooLarge
+
+# A quota's field, as the API names it (the service names the model's field).
+QUOTA_FIELDS = {
+    "retry_max_attempts": "retry.max_attempts",
+    "retry_initial_backoff_seconds": "retry.initial_backoff_seconds",
+}
+QUOTA_CODES = {400: "invalid", 403: "quota_exceeded", 429: "throttled"}
 
 
 def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
@@ -30,14 +39,32 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list[str]]:
     return flat
 
 
-def error_response(code: str, message: str, http_status: int, fields=None, headers=None) -> Response:
+def error_response(code: str, message: str, http_status: int, fields=None, headers=None, limit=None) -> Response:
     body = {"error": {"code": code, "message": message}}
     if fields:
         body["error"]["fields"] = fields
+    if limit:
+        body["error"]["limit"] = limit
     return Response(body, status=http_status, headers=headers)
 
 
+def quota_response(exc: QuotaExceeded) -> Response:
+    """400/403/429 naming the limit (docs/api.md#limits-and-quotas); a 429 says when to retry."""
+    field = QUOTA_FIELDS.get(exc.field, exc.field)
+    message = f"{field}: {exc.message}" if field else exc.message
+    return error_response(
+        QUOTA_CODES.get(exc.status, "quota_exceeded"),
+        message,
+        exc.status,
+        fields={field: [exc.message]} if field else None,
+        headers={"Retry-After": str(exc.retry_after_seconds)} if exc.status == 429 else None,
+        limit={"name": exc.limit, "value": exc.value},
+    )
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, QuotaExceeded):
+        return quota_response(exc)
     if isinstance(exc, RequestDataTooBig):  # Django's own check, e.g. for form bodies
         exc = PayloadTooLarge()
     if isinstance(exc, (Http404, ObjectDoesNotExist)):

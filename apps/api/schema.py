@@ -12,10 +12,16 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer <API key>"}
 
 
+class LimitSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The limit refused, e.g. max_jobs (docs/api.md#limits-and-quotas)")
+    value = serializers.JSONField(help_text="Its value for this tenant: a number, or a rate like '1200/min'")
+
+
 class ErrorBodySerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
     fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()), required=False)
+    limit = LimitSerializer(required=False)
 
 
 class ErrorSerializer(serializers.Serializer):

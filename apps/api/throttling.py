@@ -1,17 +1,18 @@
-from django.conf import settings
-from rest_framework.throttling import SimpleRateThrottle
+"""The API rate limit, per tenant: every key of a tenant draws on one budget (minting keys does not
+multiply it), counted atomically in Redis across keys and web processes (apps/tenants/quotas.py)."""
+
+from rest_framework.throttling import BaseThrottle
+
+from apps.tenants import quotas
 
 
-class ApiKeyRateThrottle(SimpleRateThrottle):
-    """Per API key. Counts live in the default cache: Redis when REDIS_URL is set, so every web
-    process shares them (a per-process LocMem cache would multiply the limit)."""
+class TenantRateThrottle(BaseThrottle):
+    """Raises QuotaExceeded (429 with Retry-After, apps/api/errors.py) instead of returning False:
+    DRF's own refusal cannot say which limit was hit."""
 
-    scope = "api_key"
-
-    def get_rate(self):
-        return settings.CHIME_API_RATE_LIMIT
-
-    def get_cache_key(self, request, view):
-        if request.auth is None:
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+    def allow_request(self, request, view):
+        tenant = getattr(request.user, "tenant", None)
+        if tenant is None:
+            return True  # not authenticated: refused before any budget is spent
+        quotas.take_api_request(tenant)
+        return True

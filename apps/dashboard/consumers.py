@@ -5,17 +5,25 @@ config/asgi.py). The tenant is resolved from the user's memberships at connect, 
 checked again before every push, so a user removed from a tenant stops receiving at once. Events
 come from Redis pub/sub (apps/core/events.py): one subscription per socket, to its tenant's
 channel only; they carry ids, and rows are re-read within the tenant before rendering.
+
+Each socket holds one of its tenant's CHIME_QUOTA_MAX_LIVE_CONNECTIONS slots (apps/tenants/quotas.py),
+counted in Redis: taken before accepting, renewed while open, given back on disconnect; a process
+that dies without giving them back loses them when they expire. Over the cap the socket is refused
+(4429); the page retries with its back-off (at most every 15 s).
 """
 
 import asyncio
 import logging
+import uuid
 from urllib.parse import parse_qsl
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from apps.core.events import channel_for, decode
+from apps.tenants import quotas
 from apps.tenants.accounts import membership_of
 
 from .access import scope_membership
@@ -32,12 +40,15 @@ REFRESH_SECONDS = 2.0
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NO_LIVE_UPDATES = 4404
+CLOSE_TOO_MANY_CONNECTIONS = 4429
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     pubsub = None
     redis = None
     listener = None
+    slot = None  # the connection's id in its tenant's live-connection slots, while it holds one
+    renewer = None
 
     async def connect(self):
         user = self.scope.get("user")
@@ -56,6 +67,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_NO_LIVE_UPDATES)  # embedded mode: pages poll instead
             return
         self.user, self.view, self.tenant_id = user, view, membership.tenant_id
+        slot = uuid.uuid4().hex
+        if not await sync_to_async(quotas.live_connection_acquire)(self.tenant_id, slot):
+            await self.close(code=CLOSE_TOO_MANY_CONNECTIONS)
+            return
+        self.slot = slot
         self.zone = zone_or_none(view.zone) or viewer_zone_from_cookies(self.scope.get("cookies", {}))
         from redis import asyncio as aioredis
 
@@ -64,14 +80,28 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.pubsub.subscribe(channel_for(self.tenant_id))
         await self.accept()
         self.listener = asyncio.create_task(self.listen())
+        self.renewer = asyncio.create_task(self.renew_slot())
 
     async def disconnect(self, code):
-        if self.listener is not None:
-            self.listener.cancel()
+        for task in (self.listener, self.renewer):
+            if task is not None:
+                task.cancel()
+        if self.slot is not None:
+            await sync_to_async(quotas.live_connection_release)(self.tenant_id, self.slot)
+            self.slot = None
         if self.pubsub is not None:
             await self.pubsub.aclose()
         if self.redis is not None:
             await self.redis.aclose()
+
+    async def renew_slot(self):
+        """Keep the slot from expiring while the socket is open; a slot lost meanwhile (it
+        expired, say Redis was flushed, and the cap is full now) closes the socket."""
+        while True:
+            await asyncio.sleep(quotas.LIVE_CONNECTION_TTL_SECONDS / 3)
+            if not await sync_to_async(quotas.live_connection_acquire)(self.tenant_id, self.slot):
+                await self.close(code=CLOSE_TOO_MANY_CONNECTIONS)
+                return
 
     async def receive_json(self, content, **kwargs):
         pass  # the page only listens

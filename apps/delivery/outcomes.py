@@ -12,10 +12,13 @@ from django.db import connection, transaction
 from django.db.models import F
 from psycopg.types.json import Jsonb
 
+from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
+from apps.jobs.secrets import redact_headers
 from apps.tenants.models import Membership, Role
 
+from .sanitize import ERROR_CHARS, RESPONSE_EXCERPT_CHARS, STATUS_REASON_CHARS, clean_headers, clean_integer, clean_text
 from .transport import ERROR_INTERRUPTED, WebhookRequest, WebhookResponse
 
 logger = logging.getLogger(__name__)
@@ -64,19 +67,30 @@ def attempts_left(run: JobRun) -> bool:
     return run.attempt_count - run.attempts_before_replay < run.definition.retry_max_attempts
 
 
-def attempt_row(run: JobRun, request: WebhookRequest, response: WebhookResponse, verdict: Verdict, owner: str):
+def attempt_row(
+    run: JobRun, request: WebhookRequest, response: WebhookResponse, verdict: Verdict, owner: str, *, stripped=False
+):
+    """The attempt as stored: every text from the response sanitized and cut (apps/delivery/sanitize.py).
+    `stripped` keeps only what Chime itself wrote, for a response whose traces could not be stored."""
+    if stripped:
+        error = f"{verdict.error_kind or 'http'}: Chime could not store the details of this attempt."
+        excerpt, headers = "", {}
+    else:
+        error, excerpt = verdict.error, response.body_excerpt
+        sent = {k: v for k, v in request.headers.items() if k.lower() != SIGNATURE_HEADER}
+        headers = redact_headers(sent, run.definition.secret_header_names)
     return RunAttempt(
         run_id=run.id,
         number=run.attempt_count,
         started_at=response.started_at,
         finished_at=response.finished_at,
-        status_code=response.status_code,
-        error=verdict.error[:1000],
+        status_code=clean_integer(response.status_code),
+        error=clean_text(error, ERROR_CHARS),
         error_kind=verdict.error_kind,
-        duration_ms=response.duration_ms,
-        response_excerpt=response.body_excerpt,
-        request_headers={k: v for k, v in request.headers.items() if k.lower() != SIGNATURE_HEADER},
-        worker=owner,
+        duration_ms=clean_integer(response.duration_ms),
+        response_excerpt=clean_text(excerpt, RESPONSE_EXCERPT_CHARS),
+        request_headers=clean_headers(headers),
+        worker=clean_text(owner, 200),
     )
 
 
@@ -132,58 +146,97 @@ def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> di
 
     Only runs still `running` under this worker's lease are updated: a run cancelled, replaced or
     recovered by the sweep meanwhile keeps the state it has (its attempt is still recorded).
+
+    One run's failure to record never touches another's: if the batch fails for a reason other than
+    a lost connection (which `with_db_retry` rides out for the whole call), each run is recorded in
+    a transaction of its own, and a run that fails alone is recorded once more with a stripped
+    attempt (no excerpt, no headers, Chime's own error text), so it still ends with an attempt
+    instead of being left `running` for the sweep to deliver again.
     """
+    try:
+        with transaction.atomic():
+            return _record(deliveries, owner=owner, now=now)
+    except TRANSIENT:
+        raise
+    except Exception:
+        if len(deliveries) == 1:
+            return _record_stripped(deliveries[0], owner=owner, now=now)
+        logger.exception("recording %d outcomes as one batch failed; recording them run by run", len(deliveries))
     counts: dict[str, int] = defaultdict(int)
+    for delivery in deliveries:
+        try:
+            with transaction.atomic():
+                outcome = _record([delivery], owner=owner, now=now)
+        except TRANSIENT:
+            raise
+        except Exception:
+            outcome = _record_stripped(delivery, owner=owner, now=now)
+        for name, n in outcome.items():
+            counts[name] += n
+    return dict(counts)
+
+
+def _record_stripped(delivery: tuple, *, owner: str, now: datetime) -> dict[str, int]:
+    run = delivery[0]
+    logger.exception("recording the outcome of run %s failed; recording a stripped attempt", run.id)
     with transaction.atomic():
-        mine = set(
-            JobRun.objects.select_for_update()
-            .filter(id__in=[run.id for run, _, _ in deliveries], status=RunStatus.RUNNING, lease_owner=owner)
-            .values_list("id", flat=True)
+        return _record([delivery], owner=owner, now=now, stripped=True)
+
+
+def _record(deliveries: list[tuple], *, owner: str, now: datetime, stripped: bool = False) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    mine = set(
+        JobRun.objects.select_for_update()
+        .filter(id__in=[run.id for run, _, _ in deliveries], status=RunStatus.RUNNING, lease_owner=owner)
+        .values_list("id", flat=True)
+    )
+    attempts, succeeded, failed, retrying = [], [], defaultdict(list), []
+    jobs_ok, jobs_failed, jobs_gone = set(), defaultdict(int), {}
+    for run, request, response in deliveries:
+        verdict = classify(response)
+        attempt = attempt_row(run, request, response, verdict, owner, stripped=stripped)
+        attempts.append(attempt)
+        if run.id not in mine:
+            counts["lost_lease"] += 1
+            continue
+        if verdict.succeeded:
+            succeeded.append(run.id)
+            jobs_ok.add(run.definition_id)
+        elif verdict.retryable and attempts_left(run):
+            retrying.append((run, attempt, response))
+        else:
+            why = "no attempts left" if verdict.retryable else "not retryable"
+            failed[f"Attempt {run.attempt_count} failed ({why}): {attempt.error}"].append(run.id)
+            jobs_failed[run.definition_id] += 1
+        if response.status_code == 410:
+            jobs_gone[run.definition_id] = run.definition.target_url
+    insert_attempts([a for a in attempts if a.run_id in mine])
+    # A run whose lease was lost may already have its attempt recorded by the sweep.
+    RunAttempt.objects.bulk_create([a for a in attempts if a.run_id not in mine], ignore_conflicts=True)
+    release = {"lease_owner": "", "lease_expires_at": None}
+    JobRun.objects.filter(id__in=succeeded).update(
+        status=RunStatus.SUCCEEDED, finished_at=now, status_reason="", **release
+    )
+    counts[RunStatus.SUCCEEDED] += len(succeeded)
+    for reason, ids in failed.items():
+        JobRun.objects.filter(id__in=ids).update(
+            status=RunStatus.FAILED, finished_at=now, status_reason=clean_text(reason, STATUS_REASON_CHARS), **release
         )
-        attempts, succeeded, failed, retrying = [], [], defaultdict(list), []
-        jobs_ok, jobs_failed, jobs_gone = set(), defaultdict(int), {}
-        for run, request, response in deliveries:
-            verdict = classify(response)
-            attempts.append(attempt_row(run, request, response, verdict, owner))
-            if run.id not in mine:
-                counts["lost_lease"] += 1
-                continue
-            if verdict.succeeded:
-                succeeded.append(run.id)
-                jobs_ok.add(run.definition_id)
-            elif verdict.retryable and attempts_left(run):
-                retrying.append((run, verdict, response))
-            else:
-                why = "no attempts left" if verdict.retryable else "not retryable"
-                failed[f"Attempt {run.attempt_count} failed ({why}): {verdict.error}"].append(run.id)
-                jobs_failed[run.definition_id] += 1
-            if response.status_code == 410:
-                jobs_gone[run.definition_id] = run.definition.target_url
-        insert_attempts([a for a in attempts if a.run_id in mine])
-        # A run whose lease was lost may already have its attempt recorded by the sweep.
-        RunAttempt.objects.bulk_create([a for a in attempts if a.run_id not in mine], ignore_conflicts=True)
-        release = {"lease_owner": "", "lease_expires_at": None}
-        JobRun.objects.filter(id__in=succeeded).update(
-            status=RunStatus.SUCCEEDED, finished_at=now, status_reason="", **release
+        counts[RunStatus.FAILED] += len(ids)
+    for run, attempt, response in retrying:
+        # A request cut off by a worker's shutdown goes out again at once, not after a backoff.
+        interrupted = attempt.error_kind == ErrorKind.WORKER_LOST
+        JobRun.objects.filter(id=run.id).update(
+            status=RunStatus.RETRYING,
+            available_at=now if interrupted else now + backoff_delay(run, response.retry_after_seconds),
+            status_reason=clean_text(
+                f"Attempt {run.attempt_count} failed: {attempt.error}; retrying.", STATUS_REASON_CHARS
+            ),
+            **release,
         )
-        counts[RunStatus.SUCCEEDED] += len(succeeded)
-        for reason, ids in failed.items():
-            JobRun.objects.filter(id__in=ids).update(
-                status=RunStatus.FAILED, finished_at=now, status_reason=reason[:500], **release
-            )
-            counts[RunStatus.FAILED] += len(ids)
-        for run, verdict, response in retrying:
-            # A request cut off by a worker's shutdown goes out again at once, not after a backoff.
-            interrupted = verdict.error_kind == ErrorKind.WORKER_LOST
-            JobRun.objects.filter(id=run.id).update(
-                status=RunStatus.RETRYING,
-                available_at=now if interrupted else now + backoff_delay(run, response.retry_after_seconds),
-                status_reason=f"Attempt {run.attempt_count} failed: {verdict.error}; retrying."[:500],
-                **release,
-            )
-        counts[RunStatus.RETRYING] += len(retrying)
-        _update_job_health(jobs_ok, jobs_failed, jobs_gone, now=now)
-        runs_changed_on_commit((run.tenant_id, run.id) for run, _, _ in deliveries if run.id in mine)
+    counts[RunStatus.RETRYING] += len(retrying)
+    _update_job_health(jobs_ok, jobs_failed, jobs_gone, now=now)
+    runs_changed_on_commit((run.tenant_id, run.id) for run, _, _ in deliveries if run.id in mine)
     return {outcome: n for outcome, n in counts.items() if n}
 
 

@@ -13,7 +13,7 @@ from .models import JobDefinition, JobRun, RunAttempt, RunStatus
 class JobDefinitionAdmin(admin.ModelAdmin):
     list_display = ["name", "tenant", "schedule_type", "cron_expression", "timezone", "status", "next_fire_at"]
     list_filter = ["status", "schedule_type", "priority", "tenant"]
-    search_fields = ["name", "target_url", "id"]
+    search_fields = ["name", "target_url", "id", "status_reason"]  # "Paused by Chime" finds quarantined jobs
     list_select_related = ["tenant"]
     readonly_fields = [
         "id",

@@ -12,6 +12,7 @@ from apps.core.models import TenantQuerySet, UUIDModel
 from apps.tenants.models import Tenant
 
 from .schedules import CronSchedule, DstPolicy
+from .secrets import EncryptedHeadersField, visible_headers
 
 
 def partition_for(definition_id) -> int:
@@ -82,7 +83,10 @@ class JobDefinition(UUIDModel):
 
     target_url = models.CharField(max_length=2048)
     target_method = models.CharField(max_length=8, default="POST")
-    target_headers = models.JSONField(default=dict, blank=True)
+    # Values encrypted at rest, clear in Python (apps/jobs/secrets.py).
+    target_headers = EncryptedHeadersField(default=dict, blank=True)
+    # Header names the tenant marked secret, on top of the credential-like names: redacted when shown.
+    secret_header_names = models.JSONField(default=list, blank=True)
     target_body = models.JSONField(null=True, blank=True)
 
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.DEFAULT)
@@ -137,6 +141,11 @@ class JobDefinition(UUIDModel):
             return timedelta(0)
         digest = hashlib.sha256(self.id.bytes).digest()
         return timedelta(seconds=int.from_bytes(digest[:8], "big") % (self.jitter_seconds + 1))
+
+    @property
+    def visible_target_headers(self) -> dict[str, str]:
+        """The target headers with secret values redacted (apps/jobs/secrets.py)."""
+        return visible_headers(self)
 
     def schedule(self) -> CronSchedule:
         return CronSchedule.parse(self.cron_expression, self.timezone, DstPolicy(self.dst_gap, self.dst_overlap))

@@ -18,9 +18,12 @@ from uuid6 import uuid7
 from apps.core.events import runs_changed_on_commit
 
 from .models import JobDefinition, JobRun, MisfirePolicy, RunStatus, ScheduleType, Trigger
+from .schedules import ScheduleError
 
 # Skipped occurrences past this many become one summary row instead of one row each.
 MAX_SKIPPED_ROWS = 1000
+# A planning error as told to the tenant (planning_problem): short enough for a status_reason.
+MAX_PROBLEM_LENGTH = 380
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,40 @@ def _skipped_rows(occurrences: list[datetime], reason: str) -> list[PlannedRun]:
             coalesced_last_at=rest[-1],
         ),
     ]
+
+
+def planning_problem(error: Exception) -> tuple[str, str]:
+    """(field, message) for an error raised while planning a definition, for the tenant: the
+    scheduler's quarantine reason and the resume path's field error both say it this way.
+
+    A ScheduleError names its field and already reads as a sentence; anything else is named by its
+    type, under "schedule" (its text comes from the definition's schedule fields, which hold no
+    secrets, and is cut short).
+    """
+    if isinstance(error, ScheduleError):
+        field, text = error.field, error.message
+    else:
+        lines = str(error).strip().splitlines()  # a database error's first line, not its CONTEXT
+        field, text = "schedule", f"{type(error).__name__}: {lines[0] if lines else ''}"
+    text = " ".join(str(text).split()) or type(error).__name__
+    if len(text) > MAX_PROBLEM_LENGTH:
+        text = text[: MAX_PROBLEM_LENGTH - 3] + "..."
+    return field, text
+
+
+def schedule_problem(definition: JobDefinition, *, now: datetime) -> ScheduleError | None:
+    """Why the scheduler could not plan this definition now, or None: the same planning the
+    scheduler runs, without writing anything. Resuming a job asks first, so that a job the scheduler
+    quarantined is not resumed into the same failure."""
+    try:
+        if definition.schedule_type != ScheduleType.ONCE:
+            definition.schedule()
+        if definition.next_fire_at is not None:
+            list(run_rows_from_plan(definition, plan_definition(definition, now=now), now=now))
+    except Exception as error:  # whatever the scheduler would trip over
+        field, message = planning_problem(error)
+        return ScheduleError(field, message)
+    return None
 
 
 def plan_definition(definition: JobDefinition, *, now: datetime, pause_reason: str = "") -> Plan:

@@ -2,7 +2,7 @@
 
 Pure Python (no Django). The rules are specified in docs/time-semantics.md; in short:
 
-* croniter walks the *naive* local wall clock (so its own DST handling is never used);
+* the expression (parsed by apps/jobs/cron.py) is matched on the *naive* local wall clock;
 * every wall time is then mapped to UTC with zoneinfo:
 
   - normal wall time          -> the one instant it names;
@@ -20,16 +20,15 @@ cached (``functools.lru_cache``), and iteration never re-parses the expression.
 from __future__ import annotations
 
 import bisect
-import copy
 import functools
 import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import MAXYEAR, UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from croniter import CroniterBadDateError, CroniterError, croniter
+from .cron import FIELD_NAMES, CronFields, CronSyntaxError, parse_fields
 
 __all__ = [
     "MAX_PREVIEW_COUNT",
@@ -39,6 +38,7 @@ __all__ = [
     "ScheduleError",
     "parse_timezone",
     "validate_expression",
+    "zone_database_available",
 ]
 
 MAX_PREVIEW_COUNT = 1000
@@ -47,7 +47,6 @@ NEXT_AFTER_CACHE_SIZE = 65536
 
 _MINUTE = timedelta(minutes=1)
 _DAY = timedelta(days=1)
-_FAST_PATH_IDLE_DAYS = 800
 
 GAP_CHOICES = ("shift", "skip")
 OVERLAP_CHOICES = ("first", "both")
@@ -151,6 +150,17 @@ def _load_zone(name: str) -> ZoneInfo | None:
         return None
 
 
+def zone_database_available() -> bool:
+    """Whether this process has a usable tz database at all. Without one (a slim image, a broken
+    mount) every zone is "unknown": that is this host's problem, not the jobs' (the scheduler must
+    not quarantine them for it). Not cached: asked only on the rare path."""
+    try:
+        ZoneInfo.no_cache("Europe/London")
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
 def parse_timezone(name: str) -> ZoneInfo:
     """The ZoneInfo for an IANA name, or ScheduleError("timezone", ...)."""
     zone = _load_zone(name) if isinstance(name, str) else None
@@ -164,15 +174,14 @@ def parse_timezone(name: str) -> ZoneInfo:
 
 # --------------------------------------------------------------------------- expressions
 
-FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_FIELD_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-_MONTH_NAMES = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
-_DOW_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _MONTH_LONG = (
     "January", "February", "March", "April", "May", "June",
     "July", "August", "September", "October", "November", "December",
 )  # fmt: skip
 _MAX_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+#: The Gregorian calendar repeats (weekdays included) every 400 years: a day pattern that does not
+#: occur within 400 years of any start never occurs.
+_CALENDAR_CYCLE_DAYS = 146097
 
 ALIASES = {
     "@hourly": "0 * * * *",
@@ -185,62 +194,6 @@ ALIASES = {
 }
 _FIVE_FIELDS = "minute hour day-of-month month day-of-week"
 _HASH_OR_RANDOM_RE = re.compile(r"(?:^|,)[HR](?:$|[(/,])")
-_EQUAL_RANGE_RE = re.compile(r"([0-9A-Z]+)-([0-9A-Z]+)(/[0-9]+|#[0-9]+)?")
-
-
-def _token_value(field_index: int, token: str) -> int | None:
-    if token.isdigit():
-        value = int(token)
-    elif field_index == 3 and token in _MONTH_NAMES:
-        value = _MONTH_NAMES.index(token) + 1
-    elif field_index == 4 and token in _DOW_NAMES:
-        value = _DOW_NAMES.index(token)
-    else:
-        return None
-    if field_index == 4 and value == 7:
-        value = 0
-    return value
-
-
-def _collapse_equal_ranges(field_index: int, field: str) -> str:
-    """'2-2' -> '2', 'MON-MON/3' -> 'MON', 'MON-MON#2' -> 'MON#2'.
-
-    croniter 7 expands an equal range to the *whole* field ('30 2-2 * * *' would fire every
-    hour); classic cron means the single value. Rewriting keeps the stored, normalized
-    expression meaning the same thing to croniter and to a human.
-    """
-    parts = field.split(",")
-    for i, part in enumerate(parts):
-        match = _EQUAL_RANGE_RE.fullmatch(part)
-        if match:
-            low = _token_value(field_index, match.group(1))
-            if low is not None and low == _token_value(field_index, match.group(2)):
-                suffix = match.group(3) or ""
-                parts[i] = match.group(1) + (suffix if suffix.startswith("#") else "")
-    return ",".join(parts)
-
-
-def _field_problem(field_index: int, field: str) -> str:
-    """A human explanation of why one field is invalid (used after croniter rejected it)."""
-    name = FIELD_NAMES[field_index]
-    low, high = _FIELD_RANGES[field_index]
-    for part in field.split(","):
-        for match in re.finditer(r"([-/#]?)([0-9]+)", part):
-            separator, value = match.group(1), int(match.group(2))
-            if separator == "/":
-                if value == 0:
-                    return f"Invalid {name} field '{field}': a step must be at least 1."
-            elif separator == "#":
-                if not 1 <= value <= 5:
-                    return f"Invalid {name} field '{field}': '#{value}' must be between #1 and #5."
-            elif not low <= value <= high:
-                return f"Invalid {name} field '{field}': {value} is out of range ({low}-{high})."
-    allowed = f"numbers {low}-{high}"
-    if field_index == 3:
-        allowed += " or JAN-DEC"
-    elif field_index == 4:
-        allowed += " or SUN-SAT"
-    return f"Invalid {name} field '{field}'. Use {allowed}, '*', lists (1,2), ranges (1-5) and steps (*/15)."
 
 
 def _ordinal(n: int) -> str:
@@ -248,20 +201,17 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _never_fires_reason(it: croniter) -> str | None:
-    """Detect day-of-month/month combinations that cannot occur ('0 0 30 2 *')."""
-    days, months, weekdays = it.expanded[2], it.expanded[3], it.expanded[4]
-    if weekdays != ["*"] or it.nth_weekday_of_month or it.nearest_weekday:
-        return None  # a day-of-week side (OR semantics) or W/# can still match
-    if days == ["*"] or not all(isinstance(d, int) for d in days):
+def _never_fires_reason(fields: CronFields) -> str | None:
+    """A readable reason for day-of-month/month combinations that cannot occur ('0 0 30 2 *')."""
+    if not fields.plain_days or not fields.days:
         return None
-    months = range(1, 13) if months == ["*"] else months
-    if any(day <= _MAX_DAYS[month - 1] for day in days for month in months):
+    months = sorted(fields.months)
+    if any(day <= _MAX_DAYS[month - 1] for day in fields.days for month in months):
         return None
-    day_text = " or ".join(_ordinal(d) for d in sorted(days))
+    day_text = " or ".join(_ordinal(d) for d in sorted(fields.days))
     if len(months) == 1:
         return f"This expression never fires: {_MONTH_LONG[months[0] - 1]} has no {day_text}."
-    names = ", ".join(_MONTH_LONG[m - 1] for m in sorted(months))
+    names = ", ".join(_MONTH_LONG[m - 1] for m in months)
     return f"This expression never fires: none of {names} has a {day_text}."
 
 
@@ -269,59 +219,19 @@ def _never_fires_reason(it: croniter) -> str | None:
 class _Compiled:
     expression: str  # normalized, what we store and show
     is_fixed_time: bool
-    prototype: croniter  # never iterated itself; copied per iteration
-    fields: _FieldSets | None  # croniter's expansion, when it is plain enough for the fast path
-
-
-@dataclass(frozen=True)
-class _FieldSets:
-    """croniter's expansion of a plain expression (no L, W, #), for the same-day fast path.
-
-    Only an accelerator: it reads the value sets croniter expanded and applies croniter's
-    day rule (day-of-month OR day-of-week when both are restricted, else AND), and the tests
-    check it yields exactly the wall times croniter yields.
-    """
-
-    minutes: tuple[int, ...]
-    hours: tuple[int, ...]
-    days: frozenset[int] | None  # None: any
-    months: frozenset[int] | None
-    weekdays: frozenset[int] | None  # 0 = Sunday
-    day_or: bool
-
-    @classmethod
-    def from_croniter(cls, it: croniter) -> _FieldSets | None:
-        minutes, hours, days, months, weekdays = it.expanded
-        if it.nth_weekday_of_month or it.nearest_weekday:
-            return None
-        if not all(isinstance(v, int) or v == "*" for field in it.expanded for v in field):
-            return None  # 'l' (last day of month)
-
-        def values(field, low, high):
-            return tuple(range(low, high + 1)) if field == ["*"] else tuple(sorted(field))
-
-        def day_set(field):
-            return None if field == ["*"] else frozenset(field)
-
-        return cls(
-            minutes=values(minutes, 0, 59),
-            hours=values(hours, 0, 23),
-            days=day_set(days),
-            months=day_set(months),
-            weekdays=day_set(weekdays),
-            day_or=days != ["*"] and weekdays != ["*"],
-        )
-
-    def day_matches(self, day: date) -> bool:
-        if self.months is not None and day.month not in self.months:
-            return False
-        dom = self.days is None or day.day in self.days
-        dow = self.weekdays is None or day.isoweekday() % 7 in self.weekdays
-        return (dom or dow) if self.day_or else (dom and dow)
+    fields: CronFields
 
 
 def _fail(message: str):
     raise ScheduleError("expression", message)
+
+
+def _seconds_hint(raw_fields: list[str]) -> str:
+    """For a 6-field expression whose first field is seconds, the 5-field equivalent if any."""
+    seconds, rest = raw_fields[0], raw_fields[1:]
+    if seconds in ("0", "00"):
+        return f" Without the seconds field, this is '{' '.join(rest)}'."
+    return " Chime fires at most once a minute."
 
 
 @functools.lru_cache(maxsize=4096)
@@ -348,7 +258,10 @@ def _compile(expression: str) -> _Compiled:
         raw_fields = text.split()
         fields = [field.upper() for field in raw_fields]
         if len(fields) == 6:
-            _fail(f"The cron expression has 6 fields, but seconds are not supported. Use 5 fields: {_FIVE_FIELDS}.")
+            _fail(
+                f"The cron expression has 6 fields, but seconds are not supported. Use 5 fields: {_FIVE_FIELDS}."
+                + _seconds_hint(raw_fields)
+            )
         if len(fields) == 7:
             _fail(
                 "The cron expression has 7 fields, but seconds and years are not supported. "
@@ -365,31 +278,19 @@ def _compile(expression: str) -> _Compiled:
                     f"Invalid {FIELD_NAMES[i]} field '{raw_fields[i]}': H (hashed) and R (random) values "
                     "are not supported."
                 )
-        fields = [_collapse_equal_ranges(i, field) for i, field in enumerate(fields)]
         normalized = " ".join(fields)
 
     try:
-        prototype = croniter(" ".join(fields), datetime(2000, 1, 1), ret_type=datetime)
-    except (CroniterError, ValueError, TypeError, KeyError, IndexError):
-        for i, field in enumerate(fields):
-            probe = ["*"] * 5
-            probe[i] = field
-            try:
-                croniter(" ".join(probe), datetime(2000, 1, 1))
-            except (CroniterError, ValueError, TypeError, KeyError, IndexError):
-                _fail(_field_problem(i, field if text.startswith("@") else raw_fields[i]))
-        _fail(f"'{text}' is not a valid cron expression.")
-
-    reason = _never_fires_reason(prototype)
+        parsed = parse_fields(fields, shown=fields if text.startswith("@") else raw_fields)
+    except CronSyntaxError as exc:
+        _fail(str(exc))
+    reason = _never_fires_reason(parsed)
     if reason:
         _fail(reason)
-    try:  # backstop: anything else croniter cannot find within its 50-year search window
-        copy.copy(prototype).get_next(datetime, start_time=datetime(2000, 1, 1))
-    except (CroniterBadDateError, OverflowError, ValueError):
+    if parsed.first_day(date(2000, 1, 1), limit_days=_CALENDAR_CYCLE_DAYS) is None:
         _fail("This expression never matches a real date.")
-
     is_fixed_time = "*" not in fields[0] and "*" not in fields[1]
-    return _Compiled(normalized, is_fixed_time, prototype, _FieldSets.from_croniter(prototype))
+    return _Compiled(normalized, is_fixed_time, parsed)
 
 
 def validate_expression(expression: str) -> str:
@@ -455,7 +356,7 @@ def _require_aware(value: datetime, field: str) -> datetime:
 class CronSchedule:
     """A validated cron expression in an IANA zone with a DST policy. Immutable, hashable."""
 
-    __slots__ = ("_fields", "_hash", "_key", "_prototype", "dst_policy", "expression", "is_fixed_time", "timezone")
+    __slots__ = ("_fields", "_hash", "_key", "dst_policy", "expression", "is_fixed_time", "timezone")
 
     def __init__(self, expression: str, timezone: str | ZoneInfo, dst_policy: DstPolicy | dict | None = None):
         compiled = _compile_checked(expression)
@@ -465,7 +366,6 @@ class CronSchedule:
         self.timezone: ZoneInfo = zone
         self.dst_policy: DstPolicy = policy
         self.is_fixed_time: bool = compiled.is_fixed_time
-        self._prototype = compiled.prototype
         self._fields = compiled.fields
         self._key = (compiled.expression, zone.key, policy)
         self._hash = hash(self._key)
@@ -488,7 +388,7 @@ class CronSchedule:
     def __eq__(self, other):
         return isinstance(other, CronSchedule) and self._key == other._key
 
-    def __reduce__(self):  # pickle by definition, not by croniter internals
+    def __reduce__(self):  # pickle by definition, not by the parsed field sets
         return (CronSchedule, (self.expression, self.timezone, self.dst_policy))
 
     def __hash__(self):
@@ -541,49 +441,28 @@ class CronSchedule:
     def _walls(self, start_wall: datetime) -> Iterator[datetime]:
         """Matching naive wall times strictly after ``start_wall``, ascending.
 
-        Fast path for plain expressions: scan day by day with croniter's expanded value sets
-        (a day costs ~1µs instead of ~40µs per croniter step); after a long run of
-        non-matching days or months (e.g. '0 0 29 2 *') hand over to croniter itself.
+        Scans day by day with the parsed value sets (a day costs ~1µs), skipping whole months
+        the expression excludes; a day that does not match costs one set lookup, so even a rare
+        pattern ('0 0 29 2 *', 'MON#5' in February) is a few hundred checks per fire time.
         """
         fields = self._fields
-        if fields is None:
-            yield from self._croniter_walls(start_wall)
-            return
         minutes, hours = fields.minutes, fields.hours
         first = start_wall.replace(second=0, microsecond=0, fold=0) + _MINUTE
         day, hour, minute = first.date(), first.hour, first.minute
-        idle_days = 0
         while True:
-            if fields.day_matches(day):
-                idle_days = 0
-                for h in hours[bisect.bisect_left(hours, hour) :]:
-                    start = bisect.bisect_left(minutes, minute) if h == hour else 0
-                    for m in minutes[start:]:
-                        yield datetime(day.year, day.month, day.day, h, m)
-                day += _DAY
-            else:
-                idle_days += 1
-                if idle_days > _FAST_PATH_IDLE_DAYS:
-                    yield from self._croniter_walls(datetime(day.year, day.month, day.day) - _MINUTE)
-                    return
-                if fields.months is not None and day.month not in fields.months:
-                    if day.year == MAXYEAR and day.month == 12:
-                        return
-                    day = date(day.year + day.month // 12, day.month % 12 + 1, 1)  # next month
-                else:
-                    day += _DAY
-            hour = minute = 0
-
-    def _croniter_walls(self, start_wall: datetime) -> Iterator[datetime]:
-        """Matching naive wall times strictly after ``start_wall``, ascending (croniter)."""
-        it = copy.copy(self._prototype)  # croniter is stateful; the prototype is shared
-        it.set_current(start_wall, force=True)
-        get_next = it.get_next
-        while True:
-            try:
-                yield get_next(datetime)
-            except (CroniterBadDateError, OverflowError, ValueError):
+            found = fields.first_day(day, limit_days=_CALENDAR_CYCLE_DAYS)
+            if found is None:
                 return
+            if found != day:
+                day, hour, minute = found, 0, 0
+            for h in hours[bisect.bisect_left(hours, hour) :]:
+                start = bisect.bisect_left(minutes, minute) if h == hour else 0
+                for m in minutes[start:]:
+                    yield datetime(day.year, day.month, day.day, h, m)
+            if day == date.max:
+                return
+            day += _DAY
+            hour = minute = 0
 
     def _iter(self, after: datetime) -> Iterator[FireTime]:
         try:

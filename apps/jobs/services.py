@@ -8,10 +8,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.events import runs_changed_on_commit
+from apps.tenants import quotas
 from apps.tenants.models import Tenant
 
 from .models import UNSTARTED_RUN_STATUSES, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
-from .planning import insert_run_rows, insert_runs, plan_definition, run_rows_from_plan
+from .planning import insert_run_rows, insert_runs, plan_definition, run_rows_from_plan, schedule_problem
 
 
 def next_fire_after(definition: JobDefinition, after: datetime) -> datetime | None:
@@ -25,9 +26,32 @@ def initial_next_fire_at(definition: JobDefinition, now: datetime) -> datetime |
     return next_fire_after(definition, now)
 
 
+def _check_job_slot(tenant_id) -> None:
+    """The tenant's jobs quota (apps/tenants/quotas.py); the tenant row lock makes count-then-insert
+    safe against concurrent creates. Completed jobs do not count, paused ones do."""
+    quotas.lock_tenant(tenant_id)
+    live = JobDefinition.objects.filter(tenant_id=tenant_id).exclude(
+        status__in=[JobStatus.DELETED, JobStatus.COMPLETED]
+    )
+    quotas.check_job_count(tenant_id, current=live.count())
+
+
+def _check_retry_policy(tenant_id, fields: dict) -> None:
+    quotas.check_retry_policy(
+        tenant_id,
+        max_attempts=fields.get("retry_max_attempts", JobDefinition._meta.get_field("retry_max_attempts").default),
+        initial_backoff_seconds=fields.get(
+            "retry_initial_backoff_seconds", JobDefinition._meta.get_field("retry_initial_backoff_seconds").default
+        ),
+    )
+
+
 @transaction.atomic
 def job_create(*, tenant: Tenant, enabled: bool = True, **fields) -> JobDefinition:
-    """Create a job. `fields` are JobDefinition fields, already validated by the caller."""
+    """Create a job. `fields` are JobDefinition fields, already validated by the caller.
+    Raises QuotaExceeded over the tenant's jobs or retry limits."""
+    _check_retry_policy(tenant.pk, fields)
+    _check_job_slot(tenant.pk)
     now = timezone.now()
     definition = JobDefinition(tenant=tenant, **fields)
     if definition.schedule_type == ScheduleType.ONCE and definition.run_at is None:
@@ -62,16 +86,29 @@ def job_pause(*, job: JobDefinition) -> JobDefinition:
     return job
 
 
+class InvalidSchedule(JobActionError):
+    """The job's stored schedule cannot be evaluated (HTTP 400 on `field`): resuming it would only
+    have the scheduler quarantine it again (apps/scheduler/quarantine.py)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"The schedule cannot be evaluated: {message} Edit the schedule, then resume.")
+        self.field, self.message = field, message  # `message` alone is the API's field error
+
+
 @transaction.atomic
 def job_resume(*, job: JobDefinition) -> JobDefinition:
     """Schedule again. Occurrences that fell in the pause are handled by the job's misfire policy;
-    those that do not fire are recorded as skipped with the reason that the job was paused."""
+    those that do not fire are recorded as skipped with the reason that the job was paused.
+    A schedule the scheduler could not plan (a quarantined job not fixed yet) is refused."""
     job = JobDefinition.objects.select_for_update().get(pk=job.pk)
     if job.status == JobStatus.ACTIVE:
         return job
     if job.status != JobStatus.PAUSED:
         raise JobActionError(f"A {job.status} job cannot be resumed.")
     now = timezone.now()
+    problem = schedule_problem(job, now=now)
+    if problem is not None:
+        raise InvalidSchedule(problem.field, problem.message)
     job.status, job.status_reason, job.paused_at = JobStatus.ACTIVE, "", None
     job.consecutive_failures = 0  # resuming resets the circuit breaker
     if job.next_fire_at is not None and job.next_fire_at <= now:
@@ -87,9 +124,11 @@ def job_resume(*, job: JobDefinition) -> JobDefinition:
 
 
 def job_trigger(*, job: JobDefinition) -> JobRun:
-    """A run now, outside the schedule (fires even if the job is paused: someone asked for it)."""
+    """A run now, outside the schedule (fires even if the job is paused: someone asked for it).
+    Every trigger counts against the tenant's triggers_per_minute (QuotaExceeded, 429)."""
     if job.status == JobStatus.DELETED:
         raise JobActionError("A deleted job cannot be triggered.")
+    quotas.take_trigger(job.tenant_id)
     now = timezone.now()
     run = JobRun.objects.create(
         tenant_id=job.tenant_id,
@@ -102,9 +141,6 @@ def job_trigger(*, job: JobDefinition) -> JobRun:
     )
     runs_changed_on_commit([(run.tenant_id, run.id, run.status)])
     return run
-
-
-MAX_BACKFILL_RUNS = 1000
 
 
 @dataclass(frozen=True)
@@ -120,9 +156,9 @@ def job_backfill(*, job: JobDefinition, start: datetime, end: datetime) -> Backf
         raise JobActionError("Backfill needs a cron schedule.")
     if job.status == JobStatus.DELETED:
         raise JobActionError("A deleted job cannot be backfilled.")
-    occurrences = job.schedule().between(start, end, MAX_BACKFILL_RUNS + 1)
-    if len(occurrences) > MAX_BACKFILL_RUNS:
-        raise JobActionError(f"That range has more than {MAX_BACKFILL_RUNS} occurrences; split it.")
+    limit = quotas.max_backfill_runs(job.tenant_id)
+    occurrences = job.schedule().between(start, end, limit + 1)
+    quotas.check_backfill_size(job.tenant_id, occurrences=len(occurrences))  # 400 over the limit
     candidates = [
         JobRun(
             tenant_id=job.tenant_id,
@@ -207,6 +243,7 @@ def runs_replay_failed(*, runs) -> int:
     )
 
 
+RETRY_LIMITED_FIELDS = ("retry_max_attempts", "retry_initial_backoff_seconds")
 SCHEDULE_FIELDS = ("schedule_type", "cron_expression", "timezone", "run_at", "dst_gap", "dst_overlap")
 
 
@@ -220,6 +257,11 @@ def job_update(*, job: JobDefinition, enabled: bool | None = None, **fields) -> 
     job = JobDefinition.objects.select_for_update().get(pk=job.pk)
     if job.status == JobStatus.DELETED:
         raise JobActionError("A deleted job cannot be changed.")
+    if any(getattr(job, name) != fields[name] for name in RETRY_LIMITED_FIELDS if name in fields):
+        # A lowered limit binds a job when its retry policy changes, not when its name does.
+        _check_retry_policy(
+            job.tenant_id, {name: fields.get(name, getattr(job, name)) for name in RETRY_LIMITED_FIELDS}
+        )
     schedule_changed = any(getattr(job, name) != value for name, value in fields.items() if name in SCHEDULE_FIELDS)
     for name, value in fields.items():
         setattr(job, name, value)
@@ -229,6 +271,7 @@ def job_update(*, job: JobDefinition, enabled: bool | None = None, **fields) -> 
             job.run_at = now
         job.next_fire_at = initial_next_fire_at(job, now)
         if job.status == JobStatus.COMPLETED and job.next_fire_at is not None:
+            _check_job_slot(job.tenant_id)  # it counts again
             job.status = JobStatus.ACTIVE
         stale = JobRun.objects.filter(
             definition=job, trigger=Trigger.SCHEDULE, status__in=(RunStatus.SCHEDULED, RunStatus.QUEUED)

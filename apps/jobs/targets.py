@@ -1,4 +1,10 @@
-"""Rules for a job's webhook target, shared by every interface (API and dashboard)."""
+"""Rules for a job's webhook target, shared by every interface (API and dashboard).
+
+Also the one home of the NUL rule for input: PostgreSQL cannot store U+0000 in `text` or
+`\\u0000` in `jsonb`, so input holding it is refused with a field-level message (never a 500).
+Plain string fields get it from Django's and DRF's CharField (ProhibitNullCharactersValidator,
+"Null characters are not allowed."); the JSON body and the header mapping are checked here.
+"""
 
 from django.conf import settings
 
@@ -31,6 +37,42 @@ class TargetError(ValueError):
     """A target a job may not have; the message is for the user."""
 
 
+NUL = "\x00"
+
+
+def nul_path(value) -> str | None:
+    """Where the first NUL sits in a JSON value (in a string or an object key), as a path like
+    `items[2].name`; "" for the value itself; None if there is none. Iterative: a deeply nested
+    body must not hit the recursion limit."""
+    stack = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return path
+        elif isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                where = f"{path}.{key}" if path else str(key)
+                if NUL in str(key):
+                    return where.replace(NUL, "\\u0000")
+                stack.append((where, child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{index}]", child) for index, child in reversed(list(enumerate(item))))
+    return None
+
+
+def check_no_nul(value) -> None:
+    """Refuse a value (a string or any JSON) that holds U+0000."""
+    where = nul_path(value)
+    if where is not None:
+        at = f" (at {where})" if where else ""
+        raise TargetError(f"Null characters (\\u0000) are not allowed{at}.")
+
+
+def check_target_body(body) -> None:
+    check_no_nul(body)
+
+
 def check_target_url(url: str) -> None:
     """Syntax, scheme, and literal private addresses (names are checked again at delivery)."""
     try:
@@ -43,6 +85,8 @@ def check_target_headers(headers: dict[str, str]) -> None:
     if len(headers) > MAX_HEADERS:
         raise TargetError(f"At most {MAX_HEADERS} headers.")
     for name, value in headers.items():
+        if NUL in name or NUL in value:
+            raise TargetError(f"The header '{name.replace(NUL, '')}' contains a null character (\\u0000).")
         if not name or not all(33 <= ord(c) < 127 and c not in _HEADER_NAME_FORBIDDEN for c in name):
             raise TargetError(f"'{name}' is not a valid header name.")
         if name.lower() in RESERVED_HEADERS:

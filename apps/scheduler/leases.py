@@ -7,9 +7,11 @@ fences a process that wakes up late (see SchedulerLease).
 Times come from the database clock (`Now()`), so schedulers on hosts with skewed clocks agree.
 """
 
+import logging
 import math
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -21,6 +23,8 @@ from django.utils import timezone
 from uuid6 import uuid7
 
 from .models import SchedulerLease, SchedulerNode
+
+logger = logging.getLogger("apps.scheduler")
 
 
 def new_owner_id() -> str:
@@ -51,6 +55,7 @@ class LeaseKeeper:
     owner: str = field(default_factory=new_owner_id)
     ttl: timedelta = field(default_factory=lambda: timedelta(seconds=settings.CHIME_LEASE_TTL_SECONDS))
     held: dict[int, int] = field(default_factory=dict)  # partition -> epoch
+    resting_until: float = 0.0  # time.monotonic(): standing down (see stand_down) until then
 
     @property
     def partitions(self) -> list[int]:
@@ -63,7 +68,16 @@ class LeaseKeeper:
             fence |= Q(partition=partition, epoch=epoch)
         return fence & Q(owner=self.owner, expires_at__gt=Now())
 
+    @property
+    def resting(self) -> bool:
+        return time.monotonic() < self.resting_until
+
     def refresh(self, *, lag_ms: int = 0) -> None:
+        if self.resting:
+            if self._another_scheduler_alive():
+                return  # no heartbeat either: others count this process out of the fair share
+            # Nobody to hand over to: resting would only stall every partition. Try again.
+            self.resting_until = 0.0
         ensure_lease_rows()  # idempotent; also heals a table someone emptied
         SchedulerNode.objects.update_or_create(
             owner=self.owner,
@@ -82,6 +96,9 @@ class LeaseKeeper:
             )
             SchedulerLease.objects.filter(partition__in=kept, owner=self.owner).update(expires_at=Now() + self.ttl)
         self.held = {p: e for p, e in self.held.items() if p in kept}
+
+    def _another_scheduler_alive(self) -> bool:
+        return SchedulerNode.objects.filter(heartbeat_at__gt=Now() - self.ttl).exclude(owner=self.owner).exists()
 
     def _fair_share(self) -> int:
         if self.pinned:
@@ -124,8 +141,71 @@ class LeaseKeeper:
                 ):
                     self.held[partition] = epoch
 
+    def stand_down(self, *, seconds: float) -> None:
+        """Give every partition back now and take none for `seconds` (or until no other scheduler
+        is alive): a scheduler whose steps keep failing would otherwise renew its leases while doing
+        no work, and its partitions would never fire. Raises if the database cannot be reached
+        (then the leases expire by themselves)."""
+        self.release_all()
+        self.resting_until = time.monotonic() + seconds
+
     def release_all(self) -> None:
         """On clean shutdown: hand partitions over at once instead of waiting for expiry."""
         SchedulerLease.objects.filter(self.fence()).update(owner="", expires_at=Now() - timedelta(seconds=1))
         SchedulerNode.objects.filter(owner=self.owner).delete()
         self.held = {}
+
+
+@dataclass
+class StepFailures:
+    """Failed scheduler steps in a row, and what to do about them.
+
+    After `limit` failures in a row the scheduler stands down (LeaseKeeper.stand_down) for
+    `rest_seconds`, doubled on each stand-down without a working step in between (up to
+    `max_rest_seconds`), so a healthy scheduler takes its partitions over and a broken one does
+    not take them back every few seconds. If the release itself fails (the database is away),
+    nothing changes: leases expire on their own and no other scheduler could do better.
+    """
+
+    limit: int
+    rest_seconds: float
+    max_rest_seconds: float
+    in_a_row: int = 0
+    stand_downs: int = 0
+
+    @classmethod
+    def from_settings(cls) -> "StepFailures":
+        return cls(
+            limit=settings.CHIME_SCHEDULER_MAX_FAILED_STEPS,
+            rest_seconds=settings.CHIME_SCHEDULER_STAND_DOWN_SECONDS,
+            max_rest_seconds=settings.CHIME_SCHEDULER_MAX_STAND_DOWN_SECONDS,
+        )
+
+    def succeeded(self, *, worked: bool) -> None:
+        """A step went through; `worked`: it materialized or released something."""
+        self.in_a_row = 0
+        if worked:
+            self.stand_downs = 0
+
+    def failed(self, leases: LeaseKeeper) -> float | None:
+        """Count a failed step; returns the rest in seconds if the scheduler stood down."""
+        self.in_a_row += 1
+        if self.limit <= 0 or self.in_a_row < self.limit or not leases.held:
+            return None
+        rest = min(self.rest_seconds * 2**self.stand_downs, self.max_rest_seconds)
+        partitions = len(leases.held)
+        try:
+            leases.stand_down(seconds=rest)
+        except Exception:
+            logger.warning("could not release partitions after %d failed steps", self.in_a_row, exc_info=True)
+            return None
+        logger.error(
+            "%d scheduler steps failed in a row: released %d partitions for another scheduler to take; "
+            "taking none for %.0f s",
+            self.in_a_row,
+            partitions,
+            rest,
+        )
+        self.in_a_row = 0
+        self.stand_downs += 1
+        return rest

@@ -79,3 +79,40 @@ class SigningSecret(UUIDModel):
                 fields=["tenant"], condition=models.Q(expires_at__isnull=True), name="signing_secret_one_current"
             )
         ]
+
+
+class TenantLimits(models.Model):
+    """Per-tenant overrides of the quotas in settings (CHIME_QUOTA_*, CHIME_API_RATE_LIMIT), set by
+    staff in the admin. A blank field means the setting's default; apps/tenants/quotas.py is the one
+    place that combines them (`effective_limits`)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True, related_name="limits")
+    max_jobs = models.PositiveIntegerField(null=True, blank=True, help_text="Jobs that are not deleted or completed.")
+    max_api_keys = models.PositiveIntegerField(null=True, blank=True, help_text="API keys not revoked.")
+    max_backfill_runs = models.PositiveIntegerField(null=True, blank=True, help_text="Runs one backfill may create.")
+    triggers_per_minute = models.PositiveIntegerField(null=True, blank=True, help_text="Manual triggers, all jobs.")
+    min_retry_backoff_seconds = models.PositiveIntegerField(null=True, blank=True)
+    max_retry_attempts = models.PositiveIntegerField(null=True, blank=True)
+    max_live_connections = models.PositiveIntegerField(null=True, blank=True, help_text="Dashboard WebSockets.")
+    api_rate_limit = models.CharField(
+        max_length=32, blank=True, help_text="API requests of the whole tenant, e.g. '600/min' (all keys together)."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "tenant limits"
+        verbose_name_plural = "tenant limits"
+
+    def __str__(self) -> str:
+        return f"limits of {self.tenant_id}"
+
+    def clean(self):
+        from django.core.exceptions import ValidationError
+
+        from .ratelimit import Rate
+
+        if self.api_rate_limit:
+            try:
+                Rate.parse(self.api_rate_limit)
+            except ValueError as error:
+                raise ValidationError({"api_rate_limit": str(error)}) from error

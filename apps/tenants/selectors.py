@@ -13,9 +13,12 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def api_key_authenticate(raw_key: str) -> ApiKey | None:
-    """The active key matching `raw_key`, with its tenant; records when it was last used."""
+    """The active key matching `raw_key`, with its tenant and the tenant's limits (the rate limit
+    reads them on every request); records when it was last used."""
     api_key = (
-        ApiKey.objects.select_related("tenant").filter(key_hash=hash_api_key(raw_key), revoked_at__isnull=True).first()
+        ApiKey.objects.select_related("tenant", "tenant__limits")
+        .filter(key_hash=hash_api_key(raw_key), revoked_at__isnull=True)
+        .first()
     )
     if api_key is not None:
         now = timezone.now()

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from apps.delivery.signing import generate_signing_secret
 
+from . import quotas
 from .models import ApiKey, SigningSecret, Tenant
 
 API_KEY_PREFIX = "chime_"
@@ -32,7 +33,10 @@ class CreatedApiKey:
     raw_key: str  # shown to the user once, never stored
 
 
+@transaction.atomic
 def api_key_create(*, tenant: Tenant, name: str = "") -> CreatedApiKey:
+    """Raises QuotaExceeded (403) when the tenant holds CHIME_QUOTA_MAX_API_KEYS active keys."""
+    quotas.check_api_key_slot(tenant.pk)
     visible = secrets.token_hex(4)
     raw_key = f"{API_KEY_PREFIX}{visible}_{secrets.token_urlsafe(30)}"
     api_key = ApiKey.objects.create(

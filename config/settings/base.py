@@ -220,11 +220,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["apps.api.parsers.LimitedJSONParser"],
     "EXCEPTION_HANDLER": "apps.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_CLASSES": ["apps.api.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["apps.api.throttling.TenantRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
-# Per API key; a 429 carries Retry-After.
-CHIME_API_RATE_LIMIT = env.str("CHIME_API_RATE_LIMIT", default="1200/min")
 # Request bodies above this get 413 (a job with its webhook body is far smaller).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("CHIME_API_MAX_BODY_BYTES", default=256 * 1024)
 SPECTACULAR_SETTINGS = {
@@ -295,3 +293,37 @@ CHIME_WORKER_MAX_IN_FLIGHT = env.int("CHIME_WORKER_MAX_IN_FLIGHT", default=200)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT", default=50)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST", default=50)
 CHIME_WORKER_MAX_PARKED = env.int("CHIME_WORKER_MAX_PARKED", default=1000)
+
+# --- Scheduler: failing steps hand partitions over (issue #10) -------------------------------
+# apps/scheduler/leases.py StepFailures: after this many failed steps
+# in a row a scheduler releases its partitions and takes none for STAND_DOWN seconds (doubled on
+# each stand-down without a working step, up to MAX), so a healthy scheduler takes over. 0: never.
+CHIME_SCHEDULER_MAX_FAILED_STEPS = env.int("CHIME_SCHEDULER_MAX_FAILED_STEPS", default=5)
+CHIME_SCHEDULER_STAND_DOWN_SECONDS = env.float("CHIME_SCHEDULER_STAND_DOWN_SECONDS", default=30.0)
+CHIME_SCHEDULER_MAX_STAND_DOWN_SECONDS = env.float("CHIME_SCHEDULER_MAX_STAND_DOWN_SECONDS", default=600.0)
+
+# --- Tenant quotas and fair limits (apps/tenants/quotas.py, docs/api.md#limits-and-quotas) ----------
+# Defaults for every tenant; staff override them per tenant in the admin (Tenant -> limits).
+# API requests per tenant, all its keys together, in any sliding window of the period (Redis).
+CHIME_API_RATE_LIMIT = env.str("CHIME_API_RATE_LIMIT", default="1200/min")
+CHIME_QUOTA_MAX_JOBS = env.int("CHIME_QUOTA_MAX_JOBS", default=1000)  # not deleted, not completed
+CHIME_QUOTA_MAX_API_KEYS = env.int("CHIME_QUOTA_MAX_API_KEYS", default=10)  # not revoked
+CHIME_QUOTA_MAX_BACKFILL_RUNS = env.int("CHIME_QUOTA_MAX_BACKFILL_RUNS", default=100)  # per request
+CHIME_QUOTA_TRIGGERS_PER_MINUTE = env.int("CHIME_QUOTA_TRIGGERS_PER_MINUTE", default=30)
+CHIME_QUOTA_MIN_RETRY_BACKOFF_SECONDS = env.int("CHIME_QUOTA_MIN_RETRY_BACKOFF_SECONDS", default=5)
+CHIME_QUOTA_MAX_RETRY_ATTEMPTS = env.int("CHIME_QUOTA_MAX_RETRY_ATTEMPTS", default=10)
+CHIME_QUOTA_MAX_LIVE_CONNECTIONS = env.int("CHIME_QUOTA_MAX_LIVE_CONNECTIONS", default=20)  # dashboard sockets
+# Every POST of the login form and of the password-reset form counts, per account name (existing
+# or not) and per client address; "N/period" as in "10/15min".
+CHIME_LOGIN_RATE_PER_ACCOUNT = env.str("CHIME_LOGIN_RATE_PER_ACCOUNT", default="10/15min")
+CHIME_LOGIN_RATE_PER_ADDRESS = env.str("CHIME_LOGIN_RATE_PER_ADDRESS", default="50/15min")
+CHIME_PASSWORD_RESET_RATE_PER_ACCOUNT = env.str("CHIME_PASSWORD_RESET_RATE_PER_ACCOUNT", default="3/hour")
+CHIME_PASSWORD_RESET_RATE_PER_ADDRESS = env.str("CHIME_PASSWORD_RESET_RATE_PER_ADDRESS", default="20/hour")
+# Proxies in front of the web process that append the client's address to X-Forwarded-For: 0
+# here (REMOTE_ADDR is the client); config/settings/production.py defaults to 1 (the PaaS router).
+CHIME_TRUSTED_PROXY_HOPS = env.int("CHIME_TRUSTED_PROXY_HOPS", default=0)
+
+# Header secrecy (apps/jobs/secrets.py): Fernet keys for target header values at rest, comma
+# separated; the first encrypts, every one decrypts (rotation: put a new key first, run
+# `manage.py rotate_field_keys`, then drop the old one). Empty: a key derived from SECRET_KEY.
+CHIME_FIELD_ENCRYPTION_KEYS = env.list("CHIME_FIELD_ENCRYPTION_KEYS", default=[])

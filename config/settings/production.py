@@ -12,6 +12,10 @@ from .base import env
 # The proxy terminates TLS and says so in X-Forwarded-Proto. Trusting the header is right only
 # when every request passes through a proxy that sets it (a client cannot then forge it).
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# The same proxy appends the client's address to X-Forwarded-For; the login throttle's "client
+# address" is that entry (apps/tenants/quotas.py, client_address), not the router's REMOTE_ADDR,
+# which every client would share. Set it to the number of proxies that append (0: none).
+CHIME_TRUSTED_PROXY_HOPS = env.int("CHIME_TRUSTED_PROXY_HOPS", default=1)
 # Plain http is redirected to https, except the health check a PaaS or load balancer makes over
 # http inside its network (patterns match the path without its leading slash).
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)

@@ -8,6 +8,9 @@ os.environ.setdefault("SECRET_KEY", "test-secret-key")
 # Receivers in tests listen on 127.0.0.1. The SSRF tests start a worker with this set to false
 # (and the transport tests build their own transport with it off).
 os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true")
+# Retry tests wait for retries 1 s apart, below the production floor (CHIME_QUOTA_MIN_RETRY_BACKOFF_SECONDS);
+# tests/tenants/test_quotas.py sets the floor it tests.
+os.environ.setdefault("CHIME_QUOTA_MIN_RETRY_BACKOFF_SECONDS", "1")
 
 from .base import *  # noqa: F403
 

@@ -197,7 +197,7 @@ def test_a_body_over_the_limit_is_413(api, settings):
     assert response.json()["error"]["code"] == "too_large"
 
 
-def test_rate_limit_is_per_key_with_retry_after(api, other_api, settings):
+def test_rate_limit_is_per_tenant_with_retry_after(api, other_api, settings):
     cache.clear()
     settings.CHIME_API_RATE_LIMIT = "3/min"
     assert [api.get("/api/v1/jobs").status_code for _ in range(3)] == [200, 200, 200]
@@ -205,7 +205,7 @@ def test_rate_limit_is_per_key_with_retry_after(api, other_api, settings):
     assert limited.status_code == 429
     assert int(limited.headers["Retry-After"]) > 0
     assert limited.json()["error"]["code"] == "throttled"
-    assert other_api.get("/api/v1/jobs").status_code == 200, "another key has its own budget"
+    assert other_api.get("/api/v1/jobs").status_code == 200, "another tenant has its own budget"
     cache.clear()
 
 

@@ -86,8 +86,8 @@ def test_backfill_is_bounded(api, job):
         {"start": (end - timedelta(days=60)).isoformat(), "end": end.isoformat()},
         format="json",
     )
-    assert response.status_code == 409
-    assert "more than 1000" in response.json()["error"]["message"]
+    assert response.status_code == 400  # tests/tenants/test_quotas.py: the limit per tenant
+    assert response.json()["error"]["limit"] == {"name": "max_backfill_runs", "value": 100}
 
 
 def test_delete_stops_the_job_cancels_unstarted_runs_and_keeps_history(api, job, tenant):

@@ -43,7 +43,7 @@ def test_it_creates_a_cron_job_and_returns_the_contract(api):
     assert body["status"] == "active"
     assert body["name"] == "nightly-report"
     assert body["schedule"] == {**CRON_JOB["schedule"], "run_at": None}
-    assert body["target"] == CRON_JOB["target"]
+    assert body["target"] == {**CRON_JOB["target"], "secret_headers": []}
     assert body["priority"] == "high"
     assert body["retry"] == CRON_JOB["retry"]
     assert body["enabled"] is True

@@ -87,13 +87,6 @@ def within(value, bound: float) -> bool:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=False,
-    reason="fix pending in lead's work: now and then the Celery worker dies on the broker's loss "
-    "(CRITICAL celery.worker Unrecoverable error: AttributeError 'NoneType' object has no attribute "
-    "'hostname' in kombu's redis _connparams, via Connection.close -> restore_unacked_once), and "
-    "nothing restarts it, so the republished runs stay queued",
-)
 def test_redis_restart_without_persistence_delivers_what_the_broker_held(template):
     result = run("redis-restart", template, settle=BROKER_BOUND + SLACK)
     assert_survived(result)

@@ -15,7 +15,15 @@ from apps.jobs.models import (
     ScheduleType,
 )
 from apps.jobs.schedules import MAX_PREVIEW_COUNT, CronSchedule, DstPolicy, ScheduleError
-from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_headers, check_target_url
+from apps.jobs.secrets import SecretHeaderError, marked_names, restore_redacted, visible_headers
+from apps.jobs.targets import (
+    HTTP_METHODS,
+    MAX_HEADERS,
+    TargetError,
+    check_target_body,
+    check_target_headers,
+    check_target_url,
+)
 
 from ..fields import StrictCharField, StrictSerializer, UTCDateTimeField
 from .runs import RunSerializer
@@ -49,6 +57,8 @@ class TargetSerializer(StrictSerializer):
     url = StrictCharField(max_length=2048)
     method = serializers.ChoiceField(choices=HTTP_METHODS, default="POST")
     headers = serializers.DictField(child=StrictCharField(max_length=4096, allow_blank=True), default=dict)
+    # Names of headers to treat as secret on top of the credential-like ones (docs/api.md#header-secrecy).
+    secret_headers = serializers.ListField(child=StrictCharField(max_length=256), default=list, max_length=MAX_HEADERS)
     body = serializers.JSONField(required=False, allow_null=True, default=None)
 
     def validate_url(self, value):
@@ -61,6 +71,26 @@ class TargetSerializer(StrictSerializer):
     def validate_headers(self, value):
         try:
             check_target_headers(value)
+        except TargetError as error:
+            raise serializers.ValidationError(str(error)) from error
+        return value
+
+    def validate(self, attrs):
+        """Secret names must be headers of the job; a `<redacted>` value keeps the stored one (PATCH:
+        the view passes the job as context["job"])."""
+        try:
+            attrs["secret_headers"] = marked_names(attrs["secret_headers"], attrs["headers"])
+        except SecretHeaderError as error:
+            raise serializers.ValidationError({"secret_headers": [str(error)]}) from error
+        try:
+            attrs["headers"] = restore_redacted(attrs["headers"], job=self.context.get("job"), url=attrs["url"])
+        except SecretHeaderError as error:
+            raise serializers.ValidationError({"headers": [str(error)]}) from error
+        return attrs
+
+    def validate_body(self, value):
+        try:
+            check_target_body(value)
         except TargetError as error:
             raise serializers.ValidationError(str(error)) from error
         return value
@@ -118,6 +148,7 @@ class JobInputSerializer(StrictSerializer):
             "target_url": target["url"],
             "target_method": target["method"],
             "target_headers": target["headers"],
+            "secret_header_names": target["secret_headers"],
             "target_body": target.get("body"),
             "priority": data["priority"],
             "timeout_seconds": data["timeout_seconds"],
@@ -156,8 +187,14 @@ class ScheduleOutSerializer(serializers.Serializer):
 class TargetOutSerializer(serializers.Serializer):
     url = serializers.CharField(source="target_url")
     method = serializers.CharField(source="target_method")
-    headers = serializers.DictField(source="target_headers", child=serializers.CharField())
+    headers = serializers.SerializerMethodField()
+    secret_headers = serializers.ListField(source="secret_header_names", child=serializers.CharField())
     body = serializers.JSONField(source="target_body", allow_null=True)
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_headers(self, job) -> dict:
+        """Secret values are `<redacted>`, never returned (apps/jobs/secrets.py)."""
+        return visible_headers(job)
 
 
 class RetryOutSerializer(serializers.Serializer):

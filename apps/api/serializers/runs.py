@@ -3,6 +3,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.jobs.models import JobRun, RunAttempt, RunStatus
+from apps.jobs.secrets import redact_headers
 
 from ..fields import StrictCharField, StrictSerializer, StrictUUIDField, UTCDateTimeField
 
@@ -10,6 +11,7 @@ from ..fields import StrictCharField, StrictSerializer, StrictUUIDField, UTCDate
 class AttemptSerializer(serializers.ModelSerializer):
     started_at = UTCDateTimeField()
     finished_at = UTCDateTimeField()
+    request_headers = serializers.SerializerMethodField()
 
     class Meta:
         model = RunAttempt
@@ -24,6 +26,11 @@ class AttemptSerializer(serializers.ModelSerializer):
             "response_excerpt",
             "request_headers",
         ]
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_request_headers(self, attempt: RunAttempt) -> dict:
+        """Stored redacted already (apps/delivery/outcomes.py); redacted again by name in case."""
+        return redact_headers(attempt.request_headers)
 
 
 class CoalescedSerializer(serializers.Serializer):

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from apps.core.idempotency import MAX_KEY_LENGTH, IdempotencyConflict, idempotent
 from apps.jobs import selectors, services
 from apps.jobs.models import JobDefinition, JobStatus, Priority
+from apps.jobs.targets import NUL
 
 from ..errors import error_response
 from ..pagination import IdCursorPagination
@@ -28,6 +29,14 @@ BackfillResultSerializer = inline_serializer(
     "BackfillResult",
     {"created": serializers.IntegerField(), "existing": serializers.IntegerField(), "runs": RunSerializer(many=True)},
 )
+
+
+def schedule_error_path(field: str) -> str:
+    """A schedule error's field in the job contract: the expression and zone live in `schedule`,
+    the DST policy at the top level (`dst_policy.gap`)."""
+    if field in ("expression", "timezone", "run_at"):
+        return f"schedule.{field}"
+    return field
 
 
 def conflict(error: Exception) -> Response:
@@ -67,6 +76,8 @@ class JobViewSet(TenantViewSet):
                 raise ValidationError({"priority": [f"One of: {', '.join(Priority.values)}."]})
             jobs = jobs.filter(priority=params["priority"])
         if params.get("q"):  # an empty q filters nothing
+            if NUL in params["q"]:  # PostgreSQL cannot compare with it: a 400, not a 500
+                raise ValidationError({"q": ["Null characters are not allowed."]})
             jobs = jobs.filter(name__icontains=params["q"])
         page = self.paginate_queryset(jobs)
         return self.get_paginated_response(JobSerializer(page, many=True).data)
@@ -106,10 +117,12 @@ class JobViewSet(TenantViewSet):
         job = self.job()
         if not isinstance(request.data, dict):
             raise ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        serializer = JobInputSerializer(data={**job_as_input(job), **request.data})
+        serializer = JobInputSerializer(data={**job_as_input(job), **request.data}, context={"job": job})
         serializer.is_valid(raise_exception=True)
         try:
             job = services.job_update(job=job, **serializer.to_model_fields())
+        except services.InvalidSchedule as error:
+            raise ValidationError({schedule_error_path(error.field): [error.message]}) from error
         except services.JobActionError as error:
             return conflict(error)
         return self.detail_response(job)
@@ -132,6 +145,8 @@ class JobViewSet(TenantViewSet):
     def resume(self, request, pk=None):
         try:
             return self.detail_response(services.job_resume(job=self.job()))
+        except services.InvalidSchedule as error:
+            raise ValidationError({schedule_error_path(error.field): [error.message]}) from error
         except services.JobActionError as error:
             return conflict(error)
 

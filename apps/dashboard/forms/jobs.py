@@ -12,7 +12,8 @@ from django.conf import settings
 
 from apps.jobs.models import ConcurrencyPolicy, DstGap, DstOverlap, JobDefinition, MisfirePolicy, Priority, ScheduleType
 from apps.jobs.schedules import CronSchedule, DstPolicy, ScheduleError, parse_timezone
-from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_headers, check_target_url
+from apps.jobs.secrets import REDACTED, SecretHeaderError, marked_names, restore_redacted, visible_headers
+from apps.jobs.targets import HTTP_METHODS, TargetError, check_target_body, check_target_headers, check_target_url
 
 RUN_AT_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S")
 
@@ -62,6 +63,14 @@ class JobForm(forms.Form):
         help_text="One 'Name: value' per line.",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
     )
+    secret_header_names = forms.CharField(
+        label="Secret headers",
+        required=False,
+        help_text="Names of headers whose values are credentials, comma separated. Authorization, Cookie and "
+        f"names with key, token, secret, password or auth are secret anyway. Secret values are shown as {REDACTED}; "
+        f"leave {REDACTED} to keep the stored value.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
     target_body = forms.CharField(
         label="Body (JSON)",
         required=False,
@@ -86,6 +95,11 @@ class JobForm(forms.Form):
     )
     failure_threshold = _number("Pause after failures in a row", 0, 1000, 10, "0: never pause.")
     enabled = forms.BooleanField(label="Enabled", required=False, initial=True)
+
+    def __init__(self, *args, job: JobDefinition | None = None, **kwargs):
+        """`job`: the job being edited, whose stored header values a `<redacted>` value keeps."""
+        super().__init__(*args, **kwargs)
+        self.job = job
 
     # -- field checks, in the API's words where it has them
 
@@ -137,12 +151,37 @@ class JobForm(forms.Form):
         if not text:
             return None
         try:
-            return json.loads(text)
+            body = json.loads(text)
         except ValueError as error:
             raise forms.ValidationError(f"Not valid JSON: {error}.") from error
+        try:
+            check_target_body(body)
+        except TargetError as error:
+            raise forms.ValidationError(str(error)) from error
+        return body
+
+    def clean_secret_header_names(self):
+        text = self.cleaned_data["secret_header_names"]
+        return list(dict.fromkeys(name.strip() for name in text.replace("\n", ",").split(",") if name.strip()))
+
+    def _clean_secret_headers(self, cleaned):
+        headers, names = cleaned.get("target_headers"), cleaned.get("secret_header_names")
+        if headers is None or names is None:
+            return
+        try:
+            cleaned["secret_header_names"] = marked_names(names, headers)
+        except SecretHeaderError as error:
+            self.add_error("secret_header_names", str(error))
+            return
+        if "target_url" in cleaned:
+            try:
+                cleaned["target_headers"] = restore_redacted(headers, job=self.job, url=cleaned["target_url"])
+            except SecretHeaderError as error:
+                self.add_error("target_headers", str(error))
 
     def clean(self):
         cleaned = super().clean()
+        self._clean_secret_headers(cleaned)
         if cleaned.get("schedule_type") == ScheduleType.CRON:
             self._clean_cron(cleaned)
         else:
@@ -179,7 +218,8 @@ class JobForm(forms.Form):
     @classmethod
     def initial_for(cls, job: JobDefinition) -> dict:
         initial = {name: getattr(job, name) for name in cls.base_fields if hasattr(job, name)}
-        initial["target_headers"] = "\n".join(f"{name}: {value}" for name, value in job.target_headers.items())
+        initial["target_headers"] = "\n".join(f"{name}: {value}" for name, value in visible_headers(job).items())
+        initial["secret_header_names"] = ", ".join(job.secret_header_names)
         initial["target_body"] = "" if job.target_body is None else json.dumps(job.target_body, indent=2)
         initial["enabled"] = job.enabled
         initial["run_at"] = ""

@@ -1,9 +1,13 @@
 """Small helpers shared by the dashboard views."""
 
+from django.core.exceptions import BadRequest
 from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
 PAGE_SIZE = 50
+#: Deeper pages are an OFFSET scan over the whole tenant's history (and past a bigint, a database
+#: error): the lists' filters narrow a search instead.
+MAX_PAGE = 1000
 
 
 def redirect_back(request, fallback: str, **kwargs):
@@ -16,10 +20,13 @@ def redirect_back(request, fallback: str, **kwargs):
 
 def page_of(request, queryset, size: int = PAGE_SIZE):
     """One page of a queryset, without counting the whole table (no total, just older/newer)."""
+    raw = request.GET.get("page", "1")
     try:
-        number = max(int(request.GET.get("page", "1")), 1)
+        number = max(int(raw), 1)
     except ValueError:
         number = 1
+    if number > MAX_PAGE:
+        raise BadRequest(f"Page {raw[:24]} is beyond the last page ({MAX_PAGE}): narrow the list with its filters.")
     rows = list(queryset[(number - 1) * size : number * size + 1])
     return {
         "rows": rows[:size],

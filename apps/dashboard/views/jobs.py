@@ -9,6 +9,8 @@ from django.views.decorators.http import require_POST
 from apps.jobs import selectors, services
 from apps.jobs.listings import JOB_STATUS_FILTERS, job_history, job_with_last_run, jobs_with_last_run, runs_by_ids
 from apps.jobs.models import JobDefinition
+from apps.jobs.targets import NUL
+from apps.tenants.quotas import QuotaExceeded
 
 from ..access import manager_required, member_required
 from ..charts import run_durations
@@ -30,7 +32,8 @@ def job_or_404(request, job_id) -> JobDefinition:
 
 @member_required
 def job_list(request):
-    search, status = request.GET.get("q", "").strip()[:100], request.GET.get("status", "")
+    # NUL cannot reach PostgreSQL; like the length, a search box's stray bytes are trimmed, not an error.
+    search, status = request.GET.get("q", "").replace(NUL, "").strip()[:100], request.GET.get("status", "")
     live = page_live("jobs")  # before the query: a change after it reaches the page live
     context = {
         "page": page_of(request, jobs_with_last_run(tenant=request.tenant, search=search, status=status)),
@@ -79,9 +82,13 @@ def job_create(request):
     if request.method == "POST":
         form = JobForm(request.POST)
         if form.is_valid():
-            job = services.job_create(tenant=request.tenant, **form.job_fields())
-            messages.success(request, f"Job '{job.name}' created.")
-            return redirect("dashboard:job_detail", job_id=job.id)
+            try:
+                job = services.job_create(tenant=request.tenant, **form.job_fields())
+            except QuotaExceeded as refusal:
+                form.add_error(refusal.field or None, refusal.message)
+            else:
+                messages.success(request, f"Job '{job.name}' created.")
+                return redirect("dashboard:job_detail", job_id=job.id)
     else:
         form = JobForm(initial={name: field.initial for name, field in JobForm.base_fields.items()})
     return _form_page(request, form)
@@ -91,7 +98,7 @@ def job_create(request):
 def job_edit(request, job_id):
     job = job_or_404(request, job_id)
     if request.method == "POST":
-        form = JobForm(request.POST)
+        form = JobForm(request.POST, job=job)
         if form.is_valid():
             # PATCH /api/v1/jobs/{id}'s service: schedule changes recompute next_fire_at and
             # cancel the runs of the old schedule that have not started.
@@ -99,6 +106,8 @@ def job_edit(request, job_id):
                 job = services.job_update(job=job, **form.job_fields())
             except services.JobActionError as error:
                 form.add_error(None, str(error))
+            except QuotaExceeded as refusal:
+                form.add_error(refusal.field or None, refusal.message)
             else:
                 messages.success(request, f"Job '{job.name}' saved.")
                 return redirect("dashboard:job_detail", job_id=job.id)
@@ -158,6 +167,8 @@ def job_trigger(request, job_id):
         run = services.job_trigger(job=job)
     except services.JobActionError as error:
         return _after_action(request, job_id, error=str(error))
+    except QuotaExceeded as refusal:
+        return _after_action(request, job_id, error=refusal.message)
     if request.htmx and request.htmx.target == "job-runs-head":
         # On the job's page: the new run goes on top of its runs, then updates live.
         (row,) = runs_by_ids(tenant=request.tenant, run_ids=[run.id])

@@ -6,6 +6,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.tenants.models import ApiKey
+from apps.tenants.quotas import QuotaExceeded
 from apps.tenants.selectors import api_key_get, api_key_list, signing_secret_current
 from apps.tenants.services import api_key_create as create_key
 from apps.tenants.services import api_key_revoke as revoke_key
@@ -34,7 +35,11 @@ def api_key_create(request):
     if not form.is_valid():
         return _keys_page(request, form=form, status=400)
     # Rendered in this response only: the raw key is not stored anywhere (only its hash).
-    created = create_key(tenant=request.tenant, name=form.cleaned_data["name"])
+    try:
+        created = create_key(tenant=request.tenant, name=form.cleaned_data["name"])
+    except QuotaExceeded as refusal:
+        form.add_error("name", refusal.message)
+        return _keys_page(request, form=form, status=refusal.status)
     return _keys_page(request, created=created)
 
 

@@ -10,8 +10,9 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.delivery.services import recover_expired_leases
-from apps.scheduler.leases import LeaseKeeper, ensure_lease_rows
+from apps.scheduler.leases import LeaseKeeper, StepFailures, ensure_lease_rows
 from apps.scheduler.services import (
+    TickResult,
     partitions_for_shard,
     republish_after_broker_loss,
     requeue_stale_runs,
@@ -50,16 +51,22 @@ class Command(BaseCommand):
 
         self.last_refresh = self.last_sweep = time.monotonic()
         self.lag_ms = 0
+        failures = StepFailures.from_settings()
         try:
             while not self.shutdown:
                 try:
-                    busy = self._step(leases)
+                    result = self._step(leases)
                 except Exception:
                     # A database restart or a network blip must not end the process: log, back
-                    # off, go on. Leases that expire meanwhile are simply taken over.
+                    # off, go on. Leases that expire meanwhile are simply taken over; after
+                    # CHIME_SCHEDULER_MAX_FAILED_STEPS in a row they are handed over at once.
                     logger.exception("scheduler step failed; retrying in 1 s")
+                    failures.failed(leases)
                     busy = False
                     time.sleep(1)
+                else:
+                    failures.succeeded(worked=bool(result.materialized or result.released))
+                    busy = result.busy
                 if once:
                     break
                 if not busy:
@@ -68,7 +75,7 @@ class Command(BaseCommand):
             leases.release_all()
             logger.info("scheduler stopped")
 
-    def _step(self, leases: LeaseKeeper) -> bool:
+    def _step(self, leases: LeaseKeeper) -> TickResult:
         close_old_connections()
         if time.monotonic() - self.last_refresh >= settings.CHIME_LEASE_REFRESH_SECONDS:
             before = set(leases.held)
@@ -88,7 +95,7 @@ class Command(BaseCommand):
         if time.monotonic() - self.last_sweep >= settings.CHIME_SWEEP_INTERVAL_SECONDS:
             self._sweep(leases)
             self.last_sweep = time.monotonic()
-        return result.busy
+        return result
 
     def _sweep(self, leases: LeaseKeeper) -> None:
         now = timezone.now()
