@@ -39,7 +39,7 @@ def report():
 
 @pytest.mark.timeout(180)
 def test_every_phase_ends_with_every_run_terminal_and_no_crash(report):
-    result, summary, text = report
+    result, _summary, text = report
     assert not result["crashed"], f"{result['crashed']}\nlogs: {LOGS}"
     for raw in result["rounds"]:
         for phase in ("instant", "realistic", "alone", "beside-slow"):
@@ -51,7 +51,7 @@ def test_every_phase_ends_with_every_run_terminal_and_no_crash(report):
 
 @pytest.mark.timeout(180)
 def test_report_has_every_number_of_the_acceptance(report):
-    result, summary, text = report
+    _result, summary, text = report
     (r,) = summary["rounds"]
     assert r["raw"] > 0
     for name in ("instant", "realistic"):

@@ -286,12 +286,25 @@ class Transport:
         runner = self._runner
         return runner.thread if runner is not None else None
 
-    def submit(self, request: WebhookRequest) -> concurrent.futures.Future:
-        """Start one request on the transport's loop and return at once; the future ends with its
-        WebhookResponse (never an exception, except when cancelled). The delivery window
-        (apps/delivery/window.py) keeps many of these out and records each as it ends."""
+    def submit_many(self, requests: list[WebhookRequest]) -> list[concurrent.futures.Future]:
+        """Start requests on the transport's loop and return at once; each future ends with its
+        WebhookResponse (never an exception, except when cancelled: cancelling a future cancels
+        its request). One wake-up of the loop for the lot: waking it per request cost ~0.5 ms
+        each. The delivery window (apps/delivery/window.py) keeps many out and records each as
+        it ends."""
         loop = self._get_loop()
-        return asyncio.run_coroutine_threadsafe(self._send(request), loop)
+        futures = [concurrent.futures.Future() for _ in requests]
+
+        def start() -> None:
+            for request, future in zip(requests, futures, strict=True):
+                if future.cancelled():
+                    continue
+                task = loop.create_task(self._send(request))
+                task.add_done_callback(lambda task, future=future: _resolve(task, future))
+                future.add_done_callback(lambda f, task=task: f.cancelled() and loop.call_soon_threadsafe(task.cancel))
+
+        loop.call_soon_threadsafe(start)
+        return futures
 
     async def send_one(self, request: WebhookRequest) -> WebhookResponse:
         """Send one request. May be awaited from any event loop: when that is
@@ -362,6 +375,18 @@ class Transport:
                 # failure while reading the body only shortens the excerpt.
                 body = await _read_excerpt(resp)
         return status, resp_headers, body.decode("utf-8", errors="replace"), retry_after
+
+
+def _resolve(task: asyncio.Task, future: concurrent.futures.Future) -> None:
+    """Pass a finished task's result to its thread-safe future (unless that was cancelled)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    if task.cancelled():
+        future.set_exception(concurrent.futures.CancelledError())
+    elif task.exception() is not None:
+        future.set_exception(task.exception())
+    else:
+        future.set_result(task.result())
 
 
 class _TransportClosed(RuntimeError):

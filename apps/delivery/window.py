@@ -186,8 +186,12 @@ class Window:
         if ticket is not None:
             ticket.settle(set(map(str, run_ids)) - {row.run_id for row in rows})
         pending = deque(rows)
+        total = self._caps()[0]
+        # A full window is refilled a batch at a time, not run by run: each claim is a few
+        # statements, whatever its size.
+        batch = max(1, total // 10)
         while pending:
-            take = []
+            take, full = [], False
             with self._cond:
                 while pending:
                     row = pending[0]
@@ -197,18 +201,23 @@ class Window:
                             ticket.settle([row.run_id])
                     elif self._over_share(row):
                         self._park(pending.popleft())
-                    elif self._slots < self._caps()[0]:
+                    elif self._slots < total and (take or total - self._slots >= min(len(pending), batch)):
                         self._take(pending.popleft())
                         take.append(row)
-                    elif take:
-                        break  # start what was taken before waiting for room
-                    elif is_draining():
+                    else:
+                        full = True
+                        break
+                if full and not take:
+                    if is_draining():
                         # Nothing of these was claimed: back to the broker with the message.
                         raise HandBack("worker is shutting down")
-                    else:
+                    if ticket is None:
                         self._cond.wait(POLL_SECONDS)
             if take:
                 report.claimed += self._launch(take, ticket=ticket, handing_back_ok=not report.claimed)
+            elif full and ticket is not None:
+                # A synchronous caller records its own runs: make room by doing so.
+                self._step(ticket.ended, ticket=ticket)
         return report
 
     def _peek(self, run_ids, ticket) -> list[Row]:
@@ -283,6 +292,7 @@ class Window:
             return len(runs)
         now = timezone.now()
         transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+        flights: list[Flight] = []
         for run in to_send:
             run_id = str(run.id)
             try:
@@ -299,17 +309,16 @@ class Window:
                     logger.exception("run %s: could not record why it failed; the lease sweep takes over", run.id)
                 release([run_id], {RunStatus.FAILED: 1})
                 continue
-            flight = Flight(row=by_id[run_id], run=run, request=request, owner=owner)
+            flights.append(Flight(row=by_id[run_id], run=run, request=request, owner=owner))
+        if flights:
+            futures = transport.submit_many([flight.request for flight in flights])
             with self._cond:
-                self._flights[run_id] = flight
-            try:
-                flight.future = transport.submit(request)
-            except Exception:
-                with self._cond:
-                    del self._flights[run_id]
-                raise  # `_launch` releases it and the rest; the lease sweep retries the runs
-            del by_id[run_id]  # in flight: the recorder releases it
-            flight.future.add_done_callback(lambda future, flight=flight: self._landed(flight, future))
+                for flight, future in zip(flights, futures, strict=True):
+                    flight.future = future
+                    self._flights[flight.row.run_id] = flight
+                    del by_id[flight.row.run_id]  # in flight: the recorder releases it
+            for flight in flights:
+                flight.future.add_done_callback(lambda future, flight=flight: self._landed(flight, future))
         return len(runs)
 
     def _release(self, rows: list[Row], outcomes: dict | None = None) -> None:

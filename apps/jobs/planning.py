@@ -151,7 +151,8 @@ def planning_problem(error: Exception) -> tuple[str, str]:
     if isinstance(error, ScheduleError):
         field, text = error.field, error.message
     else:
-        field, text = "schedule", f"{type(error).__name__}: {error}"
+        lines = str(error).strip().splitlines()  # a database error's first line, not its CONTEXT
+        field, text = "schedule", f"{type(error).__name__}: {lines[0] if lines else ''}"
     text = " ".join(str(text).split()) or type(error).__name__
     if len(text) > MAX_PROBLEM_LENGTH:
         text = text[: MAX_PROBLEM_LENGTH - 3] + "..."

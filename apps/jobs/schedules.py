@@ -38,6 +38,7 @@ __all__ = [
     "ScheduleError",
     "parse_timezone",
     "validate_expression",
+    "zone_database_available",
 ]
 
 MAX_PREVIEW_COUNT = 1000
@@ -147,6 +148,17 @@ def _load_zone(name: str) -> ZoneInfo | None:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         return None
+
+
+def zone_database_available() -> bool:
+    """Whether this process has a usable tz database at all. Without one (a slim image, a broken
+    mount) every zone is "unknown": that is this host's problem, not the jobs' (the scheduler must
+    not quarantine them for it). Not cached: asked only on the rare path."""
+    try:
+        ZoneInfo.no_cache("Europe/London")
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
 
 
 def parse_timezone(name: str) -> ZoneInfo:

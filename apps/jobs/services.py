@@ -69,13 +69,20 @@ class JobActionError(Exception):
 
 
 class InvalidSchedule(JobActionError):
-    """A schedule that cannot be (or, for run_at, would never be) evaluated: HTTP 400 on `field`.
-    A stored one that fails: resuming it would only have the scheduler quarantine it again
-    (apps/scheduler/quarantine.py)."""
+    """The job's stored schedule cannot be evaluated (HTTP 400 on `field`): resuming it would only
+    have the scheduler quarantine it again (apps/scheduler/quarantine.py)."""
 
     def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
+        super().__init__(f"The schedule cannot be evaluated: {message} Edit the schedule, then resume.")
+        self.field, self.message = field, message  # `message` alone is the API's field error
+
+
+class RunAtTooFarBack(InvalidSchedule):
+    """A `once` job's `run_at` further back than the misfire lookback (HTTP 400 on `schedule.run_at`)."""
+
+    def __init__(self, message: str):
+        JobActionError.__init__(self, message)
+        self.field, self.message = "run_at", message
 
 
 def check_run_at(schedule_type, run_at: datetime | None, *, now: datetime) -> None:
@@ -87,9 +94,8 @@ def check_run_at(schedule_type, run_at: datetime | None, *, now: datetime) -> No
     lookback = timedelta(seconds=settings.CHIME_MISFIRE_LOOKBACK_SECONDS)
     if run_at < now - lookback:
         hours = int(lookback.total_seconds() // 3600)
-        raise InvalidSchedule(
-            "run_at",
-            f"More than {hours} h in the past (the misfire lookback): it would never fire. Omit run_at to fire now.",
+        raise RunAtTooFarBack(
+            f"More than {hours} h in the past (the misfire lookback): it would never fire. Omit run_at to fire now."
         )
 
 

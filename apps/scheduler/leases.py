@@ -74,7 +74,10 @@ class LeaseKeeper:
 
     def refresh(self, *, lag_ms: int = 0) -> None:
         if self.resting:
-            return  # no heartbeat either: others count this process out of the fair share
+            if self._another_scheduler_alive():
+                return  # no heartbeat either: others count this process out of the fair share
+            # Nobody to hand over to: resting would only stall every partition. Try again.
+            self.resting_until = 0.0
         ensure_lease_rows()  # idempotent; also heals a table someone emptied
         SchedulerNode.objects.update_or_create(
             owner=self.owner,
@@ -93,6 +96,9 @@ class LeaseKeeper:
             )
             SchedulerLease.objects.filter(partition__in=kept, owner=self.owner).update(expires_at=Now() + self.ttl)
         self.held = {p: e for p, e in self.held.items() if p in kept}
+
+    def _another_scheduler_alive(self) -> bool:
+        return SchedulerNode.objects.filter(heartbeat_at__gt=Now() - self.ttl).exclude(owner=self.owner).exists()
 
     def _fair_share(self) -> int:
         if self.pinned:
@@ -136,9 +142,10 @@ class LeaseKeeper:
                     self.held[partition] = epoch
 
     def stand_down(self, *, seconds: float) -> None:
-        """Give every partition back now and take none for `seconds`: a scheduler whose steps keep
-        failing would otherwise renew its leases while doing no work, and its partitions would
-        never fire. Raises if the database cannot be reached (then the leases expire by themselves)."""
+        """Give every partition back now and take none for `seconds` (or until no other scheduler
+        is alive): a scheduler whose steps keep failing would otherwise renew its leases while doing
+        no work, and its partitions would never fire. Raises if the database cannot be reached
+        (then the leases expire by themselves)."""
         self.release_all()
         self.resting_until = time.monotonic() + seconds
 

@@ -78,6 +78,17 @@ def test_a_tenant_holds_at_most_its_share_of_the_window(tenant, receiver, settin
     assert len(receiver.received()) == 10
 
 
+def test_the_window_holds_at_most_its_size_and_refills_as_requests_end(tenant, receiver, settings):
+    """More runs than the window: a synchronous caller makes room by recording its own runs."""
+    settings.CHIME_WORKER_MAX_IN_FLIGHT = 4
+    receiver.respond = held = Concurrency(0.3)
+    tenants = [tenant, tenant_create(slug="initech", name="Initech")]
+    runs = [run for t in tenants for run in queued_runs(JobFactory(tenant=t, target_url=f"{receiver.url}/h"), 7)]
+    report = deliver_runs(ids(runs))
+    assert report.outcomes["succeeded"] == 14
+    assert held.most == 4
+
+
 def test_an_endpoint_host_holds_at_most_its_share_across_tenants(tenant, receiver, settings):
     settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 4
     receiver.respond = held = Concurrency(0.5)

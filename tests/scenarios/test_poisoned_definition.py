@@ -7,6 +7,8 @@ must not stop other tenants' jobs from firing on time.
    with a readable reason the API shows, quarantined (and logged) by one scheduler only.
 2. A scheduler whose every write of runs fails (a PostgreSQL trigger refuses runs of the
    partitions it holds) hands its partitions over instead of renewing them forever.
+3. A scheduler without a tz database (PYTHONTZPATH to nowhere) finds every zone unknown: it
+   quarantines nothing and hands over to the other scheduler, which fires the jobs.
 """
 
 import re
@@ -121,6 +123,7 @@ def test_poisoned_definitions_do_not_hold_back_healthy_jobs_of_other_tenants(
     assert Counter(d.webhook_id for d in deliveries) == Counter({str(run_id): 1 for run_id in runs})
     assert all(d.signature_ok for d in deliveries)
     lags = sorted(d.received_at - runs[_uuid(d.webhook_id)].scheduled_for.timestamp() for d in deliveries)
+    print(f"\nfire lag of {len(lags)} healthy runs: p50 {lags[len(lags) // 2]:.2f} s, max {lags[-1]:.2f} s")
     assert lags[-1] < FIRE_LAG_BOUND_SECONDS, f"fire lag p50 {lags[len(lags) // 2]:.2f} s, max {lags[-1]:.2f} s"
 
     lines = quarantine_lines(first, second)
@@ -214,3 +217,62 @@ def test_a_scheduler_whose_steps_keep_failing_hands_its_partitions_over(
         {job.id: 1 for job in jobs}
     )
     assert len({d.webhook_id for d in all_receiver.received()}) == len(jobs) == len(all_receiver.received())
+
+
+def cron_jobs_due(tenants, url: str, *, count: int, at: datetime, zone: str) -> list:
+    """Every-minute jobs in `zone` whose next occurrence is `at` (planted, not on a minute)."""
+    jobs = []
+    for i in range(count):
+        job_id = uuid7()
+        jobs.append(
+            JobDefinition(
+                id=job_id,
+                partition=partition_for(job_id),
+                tenant=tenants[i % len(tenants)],
+                name=f"zoned-{i}",
+                schedule_type=ScheduleType.CRON,
+                cron_expression="* * * * *",
+                timezone=zone,
+                next_fire_at=at,
+                target_url=f"{url}/zoned/{i}",
+            )
+        )
+    JobDefinition.objects.bulk_create(jobs)
+    return jobs
+
+
+@pytest.mark.timeout(180)
+def test_a_scheduler_without_a_tz_database_hands_over_instead_of_quarantining_everything(
+    chime, healthy_tenants, all_receiver
+):
+    """A host without tzdata finds every zone unknown. Two schedulers must not fight over the
+    jobs: the broken one pauses none of them, stands down, and the other one fires them."""
+    healthy_scheduler = chime["scheduler"]
+    broken = chime["broken"] = start_scheduler(
+        name="scheduler-no-tzdata",
+        PYTHONTZPATH="/nonexistent-tzdata",
+        CHIME_SCHEDULER_MAX_FAILED_STEPS="3",
+        CHIME_SCHEDULER_STAND_DOWN_SECONDS="120",
+        **FAST,
+    )
+    wait_until(lambda: "now holding 32 partitions" in broken.log(), timeout=30, message="partitions shared")
+
+    jobs = cron_jobs_due(
+        healthy_tenants, all_receiver.url, count=40, at=datetime.now(UTC) + timedelta(seconds=2), zone="Europe/Berlin"
+    )
+    first_fires = {job.id: job.next_fire_at for job in jobs}
+    wait_until(
+        lambda: (
+            JobRun.objects.filter(
+                definition__in=jobs, status=RunStatus.SUCCEEDED, scheduled_for=jobs[0].next_fire_at
+            ).count()
+            >= len(jobs)
+        ),
+        timeout=90,
+        message="every job's first occurrence delivered",
+    )
+
+    assert "no usable tz database" in broken.log(), "the broken scheduler really met the problem"
+    assert "scheduler steps failed in a row: released 32 partitions" in broken.log()
+    assert "quarantined job" not in broken.log() + healthy_scheduler.log()
+    assert not JobDefinition.objects.filter(id__in=first_fires, status=JobStatus.PAUSED).exists()

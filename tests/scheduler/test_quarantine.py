@@ -5,7 +5,6 @@ Bad rows are planted with raw SQL, the way they appear in real life: validation 
 """
 
 import logging
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -28,9 +27,10 @@ POISONS = {
     "zone": ("timezone", "Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
     # Not cron at all.
     "garbage": ("cron_expression", "every tuesday-ish", "a cron expression needs exactly 5 fields"),
-    # croniter itself accepts a sixth (seconds) field; Chime's parser refuses it: a row stored
-    # before the parser was tightened.
+    # Rows stored while croniter parsed cron (before apps/jobs/cron.py): it took a sixth
+    # (seconds) field and 'L-3'; Chime's own parser refuses both.
     "upgraded parser": ("cron_expression", "0 0 * * * *", "seconds are not supported"),
+    "upgraded parser, L-3": ("cron_expression", "0 0 L-3 * *", "'L-n' (n days before the last) is not supported"),
     # A DST policy value a later release dropped.
     "dst policy": ("dst_gap", "sideways", "dst_policy.gap must be 'shift' or 'skip'"),
 }
@@ -215,34 +215,33 @@ def test_a_scheduler_whose_steps_keep_failing_releases_its_partitions_and_stays_
     ensure_lease_rows()
     failing = LeaseKeeper(candidates=ALL, pinned=False)
     failing.refresh()
-    assert len(failing.held) == 64
-    failures = StepFailures(limit=3, rest_seconds=0.5, max_rest_seconds=600)
+    healthy = LeaseKeeper(candidates=ALL, pinned=False)
+    healthy.refresh()  # alive (heartbeat), but every partition is taken
+    assert len(failing.held) == 64 and healthy.held == {}
+    failures = StepFailures(limit=3, rest_seconds=60, max_rest_seconds=600)
 
     assert failures.failed(failing) is None and failures.failed(failing) is None
     assert SchedulerLease.objects.filter(owner=failing.owner).count() == 64, "two failures: still holding"
-    assert failures.failed(failing) == 0.5
+    assert failures.failed(failing) == 60
     assert failing.held == {} and not SchedulerLease.objects.filter(owner=failing.owner).exists()
     assert not SchedulerNode.objects.filter(owner=failing.owner).exists(), "out of the others' fair share"
 
+    healthy.refresh()
+    assert len(healthy.held) == 64, "the other scheduler takes every partition over"
     failing.refresh()  # resting: takes nothing back, no heartbeat
     assert failing.held == {} and not SchedulerNode.objects.filter(owner=failing.owner).exists()
-    healthy = LeaseKeeper(candidates=ALL, pinned=False)
-    healthy.refresh()
-    assert len(healthy.held) == 64, "another scheduler takes every partition over"
 
-    healthy.release_all()  # alone again: after the rest the failing one takes them back ...
-    time.sleep(0.6)
+    healthy.release_all()  # the other one is gone: resting would stall every partition ...
     failing.refresh()
-    assert len(failing.held) == 64
+    assert len(failing.held) == 64, "... so a lone scheduler tries again at once"
     for _ in range(3):
         rest = failures.failed(failing)
-    assert rest == 1.0, "... and a second stand-down without a working step in between lasts twice as long"
+    assert rest == 120, "a second stand-down without a working step in between lasts twice as long"
     failures.succeeded(worked=True)
-    time.sleep(1.1)
     failing.refresh()
     for _ in range(3):
         rest = failures.failed(failing)
-    assert rest == 0.5, "a step that worked resets the rest"
+    assert rest == 60, "a step that worked resets the rest"
 
 
 def test_a_failing_step_without_partitions_has_nothing_to_release():
@@ -251,3 +250,88 @@ def test_a_failing_step_without_partitions_has_nothing_to_release():
     idle = LeaseKeeper(candidates=ALL, pinned=False)  # never refreshed: holds nothing
     failures = StepFailures(limit=1, rest_seconds=30, max_rest_seconds=600)
     assert failures.failed(idle) is None and not idle.resting
+
+
+@pytest.fixture
+def no_zone_database():
+    """This process loses its tz database (as on a host without tzdata), then gets it back."""
+    import zoneinfo
+
+    from apps.jobs import schedules
+
+    def clear():
+        zoneinfo.ZoneInfo.clear_cache()
+        for cached in (schedules._available_zones, schedules._load_zone, schedules._parse_cached):
+            cached.cache_clear()
+        schedules._next_after_cached.cache_clear()
+
+    zoneinfo.reset_tzpath(to=["/nonexistent-tzdata"])
+    clear()
+    yield
+    zoneinfo.reset_tzpath()
+    clear()
+
+
+def test_a_scheduler_without_a_tz_database_quarantines_nothing_and_fails_its_step(tenant, tenants, no_zone_database):
+    """Every zone is unknown there: the jobs are fine, the host is not. Its step fails (and after a
+    few, it stands down for a scheduler that can plan them)."""
+    from apps.scheduler.quarantine import ZoneDatabaseMissing
+
+    jobs = [
+        JobFactory(tenant=tenants[i % 4], timezone=zone, next_fire_at=T0)
+        for i, zone in enumerate(["Europe/Berlin", "UTC", "America/New_York"])
+    ]
+    with pytest.raises(ZoneDatabaseMissing, match="no usable tz database"):
+        materialize_due_runs(partitions=ALL, now=T0, batch_size=1000)
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.status == JobStatus.ACTIVE and job.status_reason == ""
+
+
+# --------------------------------------------------------------------------- rows PostgreSQL refuses
+
+REFUSE_RUNS_SQL = """
+CREATE FUNCTION chime_test_refuse_runs() RETURNS trigger AS $$
+BEGIN
+    IF NEW.definition_id::text = ANY(string_to_array(current_setting('chime_test.refused'), ',')) THEN
+        RAISE EXCEPTION 'value refused for this test' USING ERRCODE = '22023';  -- a data exception
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER chime_test_refuse_runs BEFORE INSERT ON jobs_jobrun
+    FOR EACH ROW EXECUTE FUNCTION chime_test_refuse_runs();
+"""
+
+
+def refuse_runs_of(*jobs) -> None:
+    """PostgreSQL refuses (SQLSTATE 22023) the runs of these jobs, in this test's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(REFUSE_RUNS_SQL)
+        cursor.execute("SELECT set_config('chime_test.refused', %s, true)", [",".join(str(j.id) for j in jobs)])
+
+
+def test_a_row_whose_runs_postgresql_refuses_is_quarantined_and_the_batch_goes_on(
+    tenant, tenants, caplog, django_capture_on_commit_callbacks
+):
+    bad = JobFactory(tenant=tenant, next_fire_at=T0)
+    healthy = [JobFactory(tenant=tenants[i % 4], next_fire_at=T0) for i in range(8)]
+    refuse_runs_of(bad)
+    with caplog.at_level(logging.WARNING, logger="apps.scheduler"), django_capture_on_commit_callbacks(execute=True):
+        processed, _ = materialize_due_runs(partitions=ALL, now=T0, batch_size=1000)
+    assert processed == 9
+    assert JobRun.objects.filter(definition__in=healthy, scheduled_for=T0).count() == 8
+    bad.refresh_from_db()
+    assert bad.status == JobStatus.PAUSED and bad.next_fire_at == T0
+    assert bad.status_reason.startswith("Paused by Chime: its runs could not be recorded: ")
+    assert "value refused for this test" in bad.status_reason and "CONTEXT" not in bad.status_reason
+    assert len([line for line in quarantine_lines(caplog) if str(bad.id) in line]) == 1
+
+
+def test_when_postgresql_refuses_every_row_the_step_fails_and_nothing_is_quarantined(tenant):
+    import psycopg
+
+    jobs = [JobFactory(tenant=tenant, next_fire_at=T0) for _ in range(3)]
+    refuse_runs_of(*jobs)
+    with pytest.raises(psycopg.DataError):  # raw from the unnest INSERT's own cursor
+        materialize_due_runs(partitions=ALL, now=T0, batch_size=1000)
+    assert not JobDefinition.objects.filter(id__in=[j.id for j in jobs], status=JobStatus.PAUSED).exists()
