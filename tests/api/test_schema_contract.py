@@ -165,3 +165,9 @@ def test_string_inputs_declare_that_nul_is_refused(api):
     assert q["schema"]["pattern"] == NO_NUL_PATTERN
     assert api.get("/api/v1/jobs", {"q": "a\x00b"}).status_code == 400
     assert api.post("/api/v1/api-keys", {"name": "a\x00b"}, format="json").status_code == 400
+
+
+def test_component_descriptions_are_for_api_users_too():
+    for name, schema in schema_document()["components"]["schemas"].items():
+        text = schema.get("description", "")
+        assert not [word for word in (*DEVELOPER_WORDS, "Output only", "Rejects fields") if word in text], (name, text)

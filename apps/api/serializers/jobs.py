@@ -214,7 +214,10 @@ class DstPolicyOutSerializer(serializers.Serializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
-    """Output only: the job as the API shows it."""
+    """A job, as every response shows it (docs/api.md#jobs). Secret header values are `<redacted>`."""
+
+    # Output only: input goes through JobInputSerializer. The docstrings here are the schema's
+    # component descriptions, so they are written for API users.
 
     id = serializers.CharField(read_only=True)
     status_reason = BlankAsNullCharField(allow_null=True)
@@ -255,6 +258,8 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 class JobDetailSerializer(JobSerializer):
+    """A job with its 20 most recent runs, newest first."""
+
     recent_runs = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):

@@ -99,7 +99,9 @@ class RunDetailSerializer(RunSerializer):
 
 
 class RunFilterSerializer(StrictSerializer):
-    """The body of POST /runs/replay, and (with the pagination parameters) the query of GET /runs."""
+    """Which runs: of one job, in one status, scheduled in a time range; every given filter applies."""
+
+    # The body of POST /runs/replay, and (with the pagination parameters) the query of GET /runs.
 
     job = StrictUUIDField(required=False)
     status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
