@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from apps.tenants.selectors import signing_secrets_valid
 from apps.tenants.services import api_key_create, tenant_create
+from tests.api import contract
 from tests.support.receiver import Receiver
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -59,6 +60,13 @@ def redis_required():
     import redis
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()  # a clean broker DB for each scenario
+
+
+@pytest.fixture(autouse=True)
+def _api_responses_follow_the_schema(monkeypatch):
+    """Every /api/v1 response a test gets from Django's test client (DRF's APIClient included) is
+    checked against the OpenAPI schema: status documented, body conforming (tests/api/contract.py)."""
+    contract.install(monkeypatch)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ content type declared, and the body must match the response schema, error bodies
 A path under /api/v1 that the schema does not list (a trailing slash, a typo) or a method it does
 not list must still answer with the one error shape (components.schemas.Error).
 
-tests/api/conftest.py applies it to every request of every test in tests/api.
+tests/conftest.py applies it to every request of every test (an autouse fixture).
 """
 
 import functools
