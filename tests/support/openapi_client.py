@@ -77,7 +77,8 @@ def undeclared(value, path: str = "$") -> list[str]:
     if not attrs.has(type(value)):
         return []
     declared = [f.name for f in attrs.fields(type(value)) if f.name != "additional_properties"]
-    found = [f"{path}.{name}" for name in value.additional_properties] if declared else []
+    sent = getattr(value, "additional_properties", {})  # absent from a model the schema closes
+    found = [f"{path}.{name}" for name in sent] if declared else []
     for name in declared:
         found += undeclared(getattr(value, name), f"{path}.{name}")
     return found
@@ -88,9 +89,9 @@ class ParseError(AssertionError):
 
 
 class CheckedClient:
-    """The generated AuthenticatedClient with every exchange recorded, and `call`, which checks
-    the status, that the body parsed into the generated model of that status, and that the model
-    holds every field the server sent."""
+    """The generated AuthenticatedClient with every exchange recorded. `call` and `refused` check
+    the status, that the body parsed into the generated model the schema gives that status (a
+    success model, or Error), and that the model holds every field the server sent."""
 
     def __init__(self, package: types.ModuleType, base_url: str, token: str, headers: dict[str, str]):
         self.package = package
@@ -120,14 +121,23 @@ class CheckedClient:
         return json.loads(self.last_request.content) if self.last_request and self.last_request.content else None
 
     def call(self, operation: str, status: int, **kwargs):
-        """The parsed body of `operation`, which must answer `status`."""
+        """The parsed body of `operation`, which must answer `status` with its success model."""
+        parsed = self._send(operation, status, kwargs)
+        assert not isinstance(parsed, self.package.models.Error), f"{self._exchange()}: parsed as an error"
+        return parsed
+
+    def refused(self, operation: str, status: int, **kwargs):
+        """The parsed error body of `operation`, which must refuse with `status`."""
+        parsed = self._send(operation, status, kwargs)
+        assert isinstance(parsed, self.package.models.Error), f"{self._exchange()}: not parsed as an error"
+        return parsed.error
+
+    def _send(self, operation: str, status: int, kwargs: dict):
         try:
             response = self.endpoint(operation).sync_detailed(client=self.client, **kwargs)
         except (KeyError, TypeError, ValueError, AttributeError) as error:  # raised by the generated parser
             raise ParseError(f"{self._exchange()}: the generated client cannot parse this body: {error!r}") from error
         assert response.status_code == status, f"{self._exchange()}: expected {status}"
-        error_model = self.package.models.Error
-        assert not isinstance(response.parsed, error_model), f"{self._exchange()}: parsed as an error"
         extra = undeclared(response.parsed)
         assert not extra, f"{self._exchange()}: fields the schema does not declare: {extra}"
         return response.parsed
