@@ -17,7 +17,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
-from .safety import InvalidTarget, UnsafeTarget, address_refusal_reason, refusal_message
+from .safety import InvalidTarget, UnsafeTarget, address_refusal_reason, refusal_message, refuse_address
 from .webhook_types import ERROR_INVALID_TARGET, ERROR_NETWORK, ERROR_REFUSED, ERROR_TIMEOUT, WebhookRequest
 
 logger = logging.getLogger(__name__)
@@ -50,19 +50,7 @@ class GuardedResolver(AbstractResolver):
         if not results:
             raise OSError(f"no addresses found for {host}")
         for result in results:
-            address = result["host"]
-            reason = address_refusal_reason(address, allow_private_networks=self._allow_private_networks)
-            if reason is not None:
-                raise UnsafeTarget(
-                    refusal_message(
-                        address,
-                        reason,
-                        host=host,
-                        allow_private_networks=self._allow_private_networks,
-                    ),
-                    host=host,
-                    address=str(address),
-                )
+            refuse_address(result["host"], host=host, allow_private_networks=self._allow_private_networks)
         return results
 
     async def close(self) -> None:

@@ -217,7 +217,9 @@ def refusal_message(
     return text
 
 
-def _refuse(address: str | IPAddress, *, host: str | None, allow_private_networks: bool) -> None:
+def refuse_address(address: str | IPAddress, *, host: str | None, allow_private_networks: bool) -> None:
+    """Raise UnsafeTarget if `address` may not be connected to; the one check every path uses
+    (URL literals here, DNS answers in apps/delivery/guard.py)."""
     reason = address_refusal_reason(address, allow_private_networks=allow_private_networks)
     if reason is not None:
         raise UnsafeTarget(
@@ -347,7 +349,7 @@ def check_url(url: str, *, allow_private_networks: bool) -> None:
             addr = ipaddress.IPv6Address(host)
         except ValueError as exc:
             raise InvalidTarget(f"invalid IPv6 address [{host}]") from exc
-        _refuse(addr, host=None, allow_private_networks=allow_private_networks)
+        refuse_address(addr, host=None, allow_private_networks=allow_private_networks)
         return
 
     if "%" in host:
@@ -357,7 +359,7 @@ def check_url(url: str, *, allow_private_networks: bool) -> None:
     last = labels[-1] if labels[-1] or len(labels) == 1 else labels[-2]
     if _NUMERIC_LABEL.fullmatch(last):
         if host.isascii() and _CANONICAL_V4.fullmatch(ascii_host):
-            _refuse(
+            refuse_address(
                 ipaddress.IPv4Address(ascii_host),
                 host=None,
                 allow_private_networks=allow_private_networks,
