@@ -169,6 +169,16 @@ def test_resuming_through_the_api_while_the_schedule_is_still_invalid_is_a_400_w
     assert quarantined.status == JobStatus.PAUSED and "Mars/Olympus" in quarantined.status_reason
 
 
+def test_a_backfill_of_a_quarantined_job_is_refused_like_any_paused_one_not_a_500(api, quarantined):
+    response = api.post(
+        f"/api/v1/jobs/{quarantined.id}/backfill",
+        {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"},
+        format="json",
+    )
+    assert response.status_code == 409, response.content
+    assert "paused" in response.json()["error"]["message"]
+
+
 def test_fixing_the_schedule_then_resuming_works(api, quarantined):
     response = api.patch(
         f"/api/v1/jobs/{quarantined.id}",
