@@ -77,7 +77,7 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
     horizon = now + timedelta(seconds=settings.CHIME_SCHEDULER_LOOKAHEAD_SECONDS)
     with transaction.atomic():
         definitions = list(
-            JobDefinition.objects.select_for_update(skip_locked=True)
+            JobDefinition.objects.select_for_update(skip_locked=True, no_key=True)
             .filter(status=JobStatus.ACTIVE, next_fire_at__lte=horizon, partition__in=partitions)
             .order_by("next_fire_at")
             .only(*PLANNING_FIELDS)[:batch_size]

@@ -127,9 +127,9 @@ def test_worker_sigterm_finishes_or_hands_back_at_once(template):
 @pytest.mark.timeout(300)
 @pytest.mark.xfail(
     strict=False,
-    reason="open since the delivery window (issue #10): now and then a worker child waits 30 s for a pool "
-    "connection while the frozen scheduler's transaction holds its locks (CI at 5eefc6c: max fire lag 29.3 s, "
-    "bound 25 s; 0 lost, 0 duplicates, audit clean); passed in the CI run before",
+    reason="since the delivery window (issue #10) the worker's recorder takes jobs FOR KEY SHARE, which the "
+    "frozen scheduler's FOR UPDATE on definitions blocked (CI at 5eefc6c: max fire lag 29.3 s, bound 25 s). "
+    "The scheduler now locks FOR NO KEY UPDATE (2 of 2 local runs pass); the marker goes once CI confirms it",
 )
 def test_scheduler_stalled_inside_a_transaction_is_taken_over(template):
     result = run("scheduler-sigstop", template, settle=30)
