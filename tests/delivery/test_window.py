@@ -7,13 +7,12 @@ import threading
 import time
 
 import pytest
-from django.utils import timezone
 
 from apps.delivery import draining
 from apps.delivery.services import admit_runs, deliver_runs
 from apps.jobs.models import ErrorKind, JobRun, RunStatus
 from apps.tenants.services import tenant_create
-from tests.factories import JobFactory
+from tests.factories import JobFactory, queued_runs
 from tests.scenarios.conftest import FAST
 from tests.support.processes import start_scheduler, start_worker, wait_until
 from tests.support.receiver import Reply
@@ -46,22 +45,6 @@ class Concurrency:
         with self._lock:
             self.now -= 1
         return Reply()
-
-
-def queued_runs(job, n) -> list[JobRun]:
-    now = timezone.now()
-    return [
-        JobRun.objects.create(
-            tenant=job.tenant,
-            definition=job,
-            partition=job.partition,
-            scheduled_for=now.replace(microsecond=i),
-            available_at=now,
-            status=RunStatus.QUEUED,
-            queued_at=now,
-        )
-        for i in range(n)
-    ]
 
 
 def ids(runs) -> list[str]:

@@ -14,30 +14,14 @@ from django.utils import timezone
 from apps.delivery.claiming import claim_runs
 from apps.delivery.recording import record_in_lock_order
 from apps.delivery.webhook_types import WebhookRequest, WebhookResponse
-from apps.jobs.models import JobDefinition, JobRun, RunStatus
+from apps.jobs.models import JobDefinition
 from apps.jobs.services import JobActionError, job_delete, job_pause, job_update, run_cancel
-from tests.factories import JobFactory
+from tests.factories import JobFactory, queued_runs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROUNDS = 200
 RUNS_PER_ROUND = 4
-
-
-def queued_runs(job, n):
-    now = timezone.now()
-    return [
-        JobRun.objects.create(
-            tenant=job.tenant,
-            definition=job,
-            partition=job.partition,
-            scheduled_for=now.replace(microsecond=i),
-            available_at=now,
-            status=RunStatus.QUEUED,
-            queued_at=now,
-        )
-        for i in range(n)
-    ]
 
 
 def a_request(run) -> WebhookRequest:
