@@ -125,12 +125,6 @@ def test_worker_sigterm_finishes_or_hands_back_at_once(template):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=False,
-    reason="since the delivery window (issue #10) the worker's recorder takes jobs FOR KEY SHARE, which the "
-    "frozen scheduler's FOR UPDATE on definitions blocked (CI at 5eefc6c: max fire lag 29.3 s, bound 25 s). "
-    "The scheduler now locks FOR NO KEY UPDATE (2 of 2 local runs pass); the marker goes once CI confirms it",
-)
 def test_scheduler_stalled_inside_a_transaction_is_taken_over(template):
     result = run("scheduler-sigstop", template, settle=30)
     assert result["fault"]["stopped_in_transaction"], summary(result)
