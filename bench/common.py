@@ -33,11 +33,13 @@ RESULTS = ROOT / "bench" / "results"
 LOGS = RESULTS / "logs"
 PYTHON = sys.executable
 
-BENCH_DB = "chime_bench"
+# One bench at a time per checkout; CHIME_BENCH_DB / CHIME_BENCH_REDIS_URL let two checkouts (git
+# worktrees) bench side by side without sharing a database or a Redis DB.
+BENCH_DB = os.environ.get("CHIME_BENCH_DB", "chime_bench")
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
 DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}"
-REDIS_URL = "redis://127.0.0.1:6379/14"
+REDIS_URL = os.environ.get("CHIME_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 PARTITIONS = 64  # settings.CHIME_PARTITIONS default; checked against settings in load_definitions
 
 BASE_ENV = {
