@@ -2,7 +2,7 @@
 
 import os
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 
 from config.kombu_fixes import guard_orphaned_channels
 
@@ -71,3 +71,43 @@ def _drain_the_delivery_window(**kwargs):
     from apps.delivery.window import drain_window
 
     drain_window()
+
+
+class WorkerHeartbeat(bootsteps.StartStopStep):
+    """Touches the worker's heartbeat file (apps/core/health.py) every CHIME_HEARTBEAT_SECONDS
+    while the consumer's broker connection is up. A consumer step: Celery stops and starts it
+    again with the connection, so a worker that lost Redis stops beating and `manage.py probe
+    worker` turns unready once the beat is older than its limit."""
+
+    requires = {"celery.worker.consumer.connection:Connection"}
+
+    def __init__(self, parent, **kwargs):
+        self.tref = None
+        super().__init__(parent, **kwargs)
+
+    def start(self, consumer):
+        from django.conf import settings
+
+        from apps.core.health import beat
+
+        def beat_if_connected():
+            connection = consumer.connection
+            if connection is not None and connection.connected:
+                beat("worker")
+
+        beat_if_connected()
+        self.tref = consumer.timer.call_repeatedly(settings.CHIME_HEARTBEAT_SECONDS, beat_if_connected)
+
+    def stop(self, consumer):
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+
+    def shutdown(self, consumer):
+        from apps.core.health import forget_heartbeat
+
+        self.stop(consumer)
+        forget_heartbeat("worker")
+
+
+app.steps["consumer"].add(WorkerHeartbeat)

@@ -1,12 +1,8 @@
 from django.contrib import admin
 from django.contrib.staticfiles import finders
-from django.http import FileResponse, Http404, JsonResponse
+from django.http import FileResponse, Http404
 from django.urls import include, path
 from django.views.decorators.cache import cache_control
-
-
-def healthz(request):
-    return JsonResponse({"status": "ok"})
 
 
 @cache_control(public=True, max_age=86400)
@@ -22,7 +18,6 @@ def favicon(request):
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.api.urls")),
-    path("healthz", healthz),
     path("favicon.ico", favicon),
     path("", include("apps.dashboard.urls")),
 ]

@@ -47,6 +47,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, before the host check and the https redirect (apps/core/health.py).
+    "apps.core.health.HealthMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -249,6 +251,15 @@ WEBHOOK_ALLOW_PRIVATE_NETWORKS = env.bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", defa
 CHIME_PARTITIONS = env.int("CHIME_PARTITIONS", default=64)
 CHIME_SCHEDULER_BATCH_SIZE = env.int("CHIME_SCHEDULER_BATCH_SIZE", default=1000)
 CHIME_SCHEDULER_IDLE_SECONDS = env.float("CHIME_SCHEDULER_IDLE_SECONDS", default=0.2)
+
+# --- health checks (apps/core/health.py, docs/operations.md#health-checks) -------------------
+# Each dependency check of /readyz and `manage.py probe` gives up after this long.
+CHIME_READINESS_TIMEOUT_SECONDS = env.float("CHIME_READINESS_TIMEOUT_SECONDS", default=2.0)
+# Where the scheduler and the worker touch their heartbeat files (one per process type: one
+# scheduler or worker per container, as a PaaS or Kubernetes runs them).
+CHIME_HEARTBEAT_DIR = env.str("CHIME_HEARTBEAT_DIR", default=str(VAR_DIR / "heartbeat"))
+CHIME_HEARTBEAT_SECONDS = env.float("CHIME_HEARTBEAT_SECONDS", default=5.0)  # the worker's beat
+CHIME_HEARTBEAT_MAX_AGE_SECONDS = env.float("CHIME_HEARTBEAT_MAX_AGE_SECONDS", default=30.0)
 # Runs sit in "queued" this long without a worker taking them before the sweep publishes again.
 # Short: under backpressure (CHIME_MAX_QUEUED_RUNS) a run waits seconds in the broker, so one
 # queued for 30 s lost its message: a worker SIGKILLed with a message it had received but not

@@ -16,10 +16,9 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # address" is that entry (apps/tenants/quotas.py, client_address), not the router's REMOTE_ADDR,
 # which every client would share. Set it to the number of proxies that append (0: none).
 CHIME_TRUSTED_PROXY_HOPS = env.int("CHIME_TRUSTED_PROXY_HOPS", default=1)
-# Plain http is redirected to https, except the health check a PaaS or load balancer makes over
-# http inside its network (patterns match the path without its leading slash).
+# Plain http is redirected to https. The health checks a PaaS or load balancer makes over http
+# inside its network (/healthz, /readyz) are answered before this redirect (apps/core/health.py).
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 # HSTS is sent on https responses only; start low if the domain is new to https.

@@ -43,10 +43,6 @@ def member_pages(*, job_id: str, run_id: str) -> list[str]:
     ]
 
 
-
-
-
-
 class Walk:
     """One browser tab visiting pages; records every problem instead of stopping at the first."""
 

@@ -18,7 +18,6 @@ from .deploy import deploy_env
 SECURITY_SETTINGS = [
     "SECURE_PROXY_SSL_HEADER",
     "SECURE_SSL_REDIRECT",
-    "SECURE_REDIRECT_EXEMPT",
     "SESSION_COOKIE_SECURE",
     "CSRF_COOKIE_SECURE",
     "SECURE_HSTS_SECONDS",
@@ -70,11 +69,22 @@ def behind_proxy():
 
 
 @pytest.mark.django_db
-def test_plain_http_is_redirected_to_https_but_not_the_health_check(behind_proxy):
+def test_plain_http_is_redirected_to_https_but_not_the_health_checks(behind_proxy):
     response = behind_proxy.get("/jobs/")
     assert response.status_code == 301 and response["Location"] == "https://testserver/jobs/"
     health = behind_proxy.get("/healthz")
     assert health.status_code == 200 and health.json() == {"status": "ok"}
+    ready = behind_proxy.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+
+
+@pytest.mark.django_db
+def test_health_checks_answer_a_probe_that_addresses_the_pods_ip(behind_proxy):
+    """An orchestrator probes http://<pod ip>:<port>/readyz: that Host is not in ALLOWED_HOSTS,
+    which must not turn the probe into a 400 (every other path still refuses it)."""
+    assert behind_proxy.get("/jobs/", headers={"Host": "10.1.2.3:8000"}).status_code == 400
+    assert behind_proxy.get("/healthz", headers={"Host": "10.1.2.3:8000"}).status_code == 200
+    assert behind_proxy.get("/readyz", headers={"Host": "10.1.2.3:8000"}).status_code == 200
 
 
 @pytest.mark.django_db

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 from django.utils import timezone
 
+from apps.core.health import beat, forget_heartbeat
 from apps.delivery.services import recover_expired_leases
 from apps.scheduler.leases import LeaseKeeper, StepFailures, ensure_lease_rows
 from apps.scheduler.services import (
@@ -67,11 +68,13 @@ class Command(BaseCommand):
                 else:
                     failures.succeeded(worked=bool(result.materialized or result.released))
                     busy = result.busy
+                    beat("scheduler")  # only a step that worked counts (manage.py probe scheduler)
                 if once:
                     break
                 if not busy:
                     time.sleep(settings.CHIME_SCHEDULER_IDLE_SECONDS)
         finally:
+            forget_heartbeat("scheduler")
             leases.release_all()
             logger.info("scheduler stopped")
 
