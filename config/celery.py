@@ -14,6 +14,24 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+@signals.celeryd_init.connect
+def _log_like_every_chime_process(instance=None, **kwargs):
+    """Celery warns (SecurityWarning) and prints its banner before Django configures logging: take
+    Django's logging now, warnings included, so with LOG_FORMAT=json every line is JSON from the
+    first one, and leave the banner out in that mode (it is text for a terminal, and "ready."
+    says the same). Only Celery's shutdown notice (`worker: Warm shutdown`) stays a plain line:
+    Celery writes it to stdout itself."""
+    import logging
+
+    from django.conf import settings
+    from django.utils.log import configure_logging
+
+    configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)
+    logging.captureWarnings(True)  # as apps/core/apps.py does, before Django is set up
+    if settings.LOG_FORMAT == "json" and instance is not None:
+        instance.quiet = True
+
+
 @signals.worker_process_init.connect
 def _forget_inherited_db_pool(**kwargs):
     """A prefork child must not use connections its parent opened: they are the same sockets.
@@ -26,6 +44,17 @@ def _forget_inherited_db_pool(**kwargs):
         pools = getattr(type(conn), "_connection_pools", None)
         if pools:
             pools.pop(conn.alias, None)
+
+
+@signals.worker_process_init.connect
+def _name_the_worker_in_logs(**kwargs):
+    """Every line a prefork child logs names it (`worker`: host:pid, as its lease owner does)."""
+    import os
+    import socket
+
+    from apps.core.logs import bind
+
+    bind(worker=f"{socket.gethostname()}:{os.getpid()}")
 
 
 @signals.worker_process_init.connect

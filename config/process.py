@@ -19,8 +19,9 @@ def process_type(argv: list[str] | None = None) -> str:
             raise ValueError(f"CHIME_PROCESS_TYPE must be one of {', '.join(PROCESS_TYPES)}, not {explicit!r}")
         return explicit
     argv = sys.argv if argv is None else argv
-    program = os.path.basename(argv[0]) if argv else ""
-    words = [os.path.basename(a) for a in argv[:4]]
+    # `python -m celery` / `python -m uvicorn` run .../celery/__main__.py: the package is the program.
+    words = [_program_name(a) for a in argv[:4]]
+    program = words[0] if words else ""
     if program in ("uvicorn", "daphne", "gunicorn") or "uvicorn" in words:
         return "web"
     if "celery" in words or program == "celery":
@@ -32,3 +33,10 @@ def process_type(argv: list[str] | None = None) -> str:
     if any(a in _RELEASE_COMMANDS for a in argv[1:3]):
         return "release"
     return "manage"
+
+
+def _program_name(arg: str) -> str:
+    name = os.path.basename(arg)
+    if name == "__main__.py":
+        return os.path.basename(os.path.dirname(arg))
+    return name

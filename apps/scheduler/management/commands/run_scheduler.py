@@ -10,6 +10,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.core.health import beat, forget_heartbeat
+from apps.core.logs import bind
 from apps.delivery.services import recover_expired_leases
 from apps.scheduler.leases import LeaseKeeper, StepFailures, ensure_lease_rows
 from apps.scheduler.services import (
@@ -47,6 +48,7 @@ class Command(BaseCommand):
         ensure_lease_rows()
         leases = LeaseKeeper(candidates=candidates, pinned=pinned)
         leases.refresh()
+        bind(worker=leases.owner)  # every line of this process names the scheduler (LOG_FORMAT=json)
         label = f"shard {shard}/{shards}" if pinned else "unpinned"
         logger.info("scheduler started (%s) as %s, holding %d partitions", label, leases.owner, len(leases.held))
 
