@@ -9,6 +9,35 @@ from config.kombu_fixes import guard_orphaned_channels
 guard_orphaned_channels()  # a worker that loses Redis reconnects instead of dying (see the module)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
+
+def _metrics_directory_for_prefork_children() -> None:
+    """prometheus_client's multi-process mode: each prefork child writes its samples to files in
+    PROMETHEUS_MULTIPROC_DIR and the main process serves their sum (apps/metrics/exposition.py).
+    The variable must be set before prometheus_client is first imported, and the folder must
+    start empty (old files would add a dead worker's counts): a fresh one per worker start."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from config.process import process_type
+
+    if process_type() != "worker":
+        return
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(given, name))
+        return
+    folder = tempfile.mkdtemp(prefix="chime-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    main_pid = os.getpid()
+    atexit.register(lambda: os.getpid() == main_pid and shutil.rmtree(folder, ignore_errors=True))
+
+
+_metrics_directory_for_prefork_children()
+
 app = Celery("chime")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
@@ -30,6 +59,14 @@ def _log_like_every_chime_process(instance=None, **kwargs):
     logging.captureWarnings(True)  # as apps/core/apps.py does, before Django is set up
     if settings.LOG_FORMAT == "json" and instance is not None:
         instance.quiet = True
+
+
+@signals.worker_init.connect
+def _serve_metrics(**kwargs):
+    """The worker's main process serves its children's metrics on CHIME_METRICS_PORT."""
+    from apps.metrics.exposition import start_exporter
+
+    start_exporter()
 
 
 @signals.worker_process_init.connect

@@ -137,7 +137,8 @@ def readiness(process_type: str = "web", *, max_age_seconds: float | None = None
 
 
 class HealthMiddleware:
-    """Answers /healthz and /readyz before any other middleware runs (see the module docstring)."""
+    """Answers /healthz, /readyz and /metrics (apps/metrics/exposition.py) before any other
+    middleware runs (see the module docstring)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -145,6 +146,10 @@ class HealthMiddleware:
     def __call__(self, request):
         if request.path == "/healthz":
             return JsonResponse({"status": "ok"})
+        if request.path == "/metrics":  # token-protected; Prometheus addresses the pod's IP too
+            from apps.metrics.exposition import web_metrics
+
+            return web_metrics(request)
         if request.path == "/readyz":
             ready, checks = readiness("web")
             body = {"status": "ready" if ready else "unready", "checks": checks}

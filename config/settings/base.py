@@ -268,6 +268,16 @@ CHIME_PARTITIONS = env.int("CHIME_PARTITIONS", default=64)
 CHIME_SCHEDULER_BATCH_SIZE = env.int("CHIME_SCHEDULER_BATCH_SIZE", default=1000)
 CHIME_SCHEDULER_IDLE_SECONDS = env.float("CHIME_SCHEDULER_IDLE_SECONDS", default=0.2)
 
+# --- metrics (apps/metrics, docs/operations.md#metrics) ---------------------------------------
+# The web's GET /metrics needs "Authorization: Bearer <token>"; empty: /metrics is off (404).
+CHIME_METRICS_TOKEN = env.str("CHIME_METRICS_TOKEN", default="")
+# The worker and the scheduler serve their metrics on this port (unset: not at all), on an
+# address that is not routed to the public.
+CHIME_METRICS_PORT = env.int("CHIME_METRICS_PORT", default=None)
+CHIME_METRICS_ADDR = env.str("CHIME_METRICS_ADDR", default="0.0.0.0")
+# A tenant label on the run metrics: for small installs only (one series per tenant and label).
+CHIME_METRICS_TENANT_LABEL = env.bool("CHIME_METRICS_TENANT_LABEL", default=False)
+
 # --- health checks (apps/core/health.py, docs/operations.md#health-checks) -------------------
 # Each dependency check of /readyz and `manage.py probe` gives up after this long.
 CHIME_READINESS_TIMEOUT_SECONDS = env.float("CHIME_READINESS_TIMEOUT_SECONDS", default=2.0)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from apps.core.health import beat, forget_heartbeat
 from apps.core.logs import bind
 from apps.delivery.services import recover_expired_leases
+from apps.metrics.exposition import start_exporter
 from apps.scheduler.leases import LeaseKeeper, StepFailures, ensure_lease_rows
 from apps.scheduler.services import (
     TickResult,
@@ -46,6 +47,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         ensure_lease_rows()
+        start_exporter()  # CHIME_METRICS_PORT, when set (docs/operations.md#metrics)
         leases = LeaseKeeper(candidates=candidates, pinned=pinned)
         leases.refresh()
         bind(worker=leases.owner)  # every line of this process names the scheduler (LOG_FORMAT=json)

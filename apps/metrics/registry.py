@@ -1,0 +1,64 @@
+"""Every metric a Chime process records, in one place (docs/operations.md#metrics).
+
+Counters and histograms live in the process that sees the event: the worker (fire lag, outcomes,
+delivery durations), the scheduler (materialized runs, publish errors), the web process (API
+cancellations). Gauges that describe the whole system (ready runs, oldest ready run, scheduling
+lag, leases, quarantined jobs) are read from PostgreSQL at scrape time instead
+(apps/metrics/collectors.py): every process would report the same truth, and none has to keep
+it up to date.
+
+Labels are bounded: priority (3), outcome (5), outcome class (6). A tenant label only when
+CHIME_METRICS_TENANT_LABEL is on (a small install); with thousands of tenants it would multiply
+every series by their number.
+"""
+
+from django.conf import settings
+from prometheus_client import Counter, Histogram
+
+TENANT = ("tenant",) if settings.CHIME_METRICS_TENANT_LABEL else ()
+
+OUTCOMES = ("succeeded", "failed", "retried", "skipped", "cancelled")
+OUTCOME_CLASSES = ("2xx", "4xx", "5xx", "timeout", "network", "refused")
+
+# Fire lag spans milliseconds (steady stream) to minutes (a spike beyond capacity).
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+FIRE_LAG = Histogram(
+    "chime_fire_lag_seconds",
+    "Start of a run's first delivery attempt minus its scheduled time.",
+    ("priority", *TENANT),
+    buckets=LAG_BUCKETS,
+)
+RUNS = Counter(
+    "chime_runs",
+    "Runs that reached an outcome: succeeded, failed (dead letter), retried (an attempt failed and "
+    "another is planned), skipped, cancelled.",
+    ("outcome", "priority", *TENANT),
+)
+DELIVERY_DURATION = Histogram(
+    "chime_delivery_duration_seconds",
+    "Duration of one delivery attempt, by outcome class (2xx, 4xx, 5xx, timeout, network, refused).",
+    ("outcome_class",),
+    buckets=DURATION_BUCKETS,
+)
+MATERIALIZED = Counter("chime_materialized_runs", "Runs the scheduler created from due definitions.")
+PUBLISH_ERRORS = Counter(
+    "chime_broker_publish_errors", "Failed attempts to hand runs to the broker (they are put back and retried)."
+)
+
+
+def tenant_labels(tenant_id) -> dict:
+    return {"tenant": str(tenant_id)} if TENANT else {}
+
+
+def outcome_class(status_code: int | None, error_kind: str | None) -> str:
+    """The outcome class of one attempt: its HTTP status family, or the transport's error kind
+    (apps/delivery/webhook_types.py: timeout, refused, invalid_target, network, interrupted)."""
+    if status_code:
+        return {2: "2xx", 4: "4xx"}.get(status_code // 100, "5xx" if status_code >= 500 else "4xx")
+    if error_kind == "timeout":
+        return "timeout"
+    if error_kind in ("refused", "invalid_target"):
+        return "refused"  # Chime refused to send it (a private address, an unusable target)
+    return "network"
