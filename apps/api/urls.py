@@ -8,6 +8,7 @@ from .views.keys import ApiKeyViewSet
 from .views.runs import RunViewSet
 from .views.schedules import schedule_preview
 from .views.signing import signing_secret, signing_secret_rotation
+from .views.stats import stats
 
 router = SimpleRouter(trailing_slash=False)
 router.register("jobs", JobViewSet, basename="job")
@@ -19,6 +20,7 @@ urlpatterns = [
     path("signing-secret", signing_secret, name="signing-secret"),
     path("signing-secret/rotate", signing_secret_rotation, name="signing-secret-rotate"),
     path("schedules/preview", schedule_preview, name="schedule-preview"),
+    path("stats", stats, name="stats"),
     # No trailing slash anywhere under /api/v1 (one rule); with one, not_found names the right path.
     path("schema", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path(
