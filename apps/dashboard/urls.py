@@ -1,11 +1,12 @@
 from django.urls import path
 
-from .views import auth, jobs, keys, overview, runs, tenancy
+from .views import auth, health, jobs, keys, overview, runs, tenancy
 
 app_name = "dashboard"
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
+    path("health/", health.health, name="health"),
     # accounts
     path("signup/", auth.signup, name="signup"),
     path("login/", auth.login_view, name="login"),

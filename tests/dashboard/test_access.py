@@ -35,6 +35,7 @@ ROUTES = {
     "switch_tenant": "user",  # checked against the user's memberships
     "set_timezone": "user",
     "overview": "tenant",
+    "health": "tenant",
     "job_list": "tenant",
     "job_create": "tenant",
     "schedule_preview": "tenant",

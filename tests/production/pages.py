@@ -30,6 +30,7 @@ def member_pages(*, job_id: str, run_id: str) -> list[str]:
         "/runs/",
         f"/runs/{run_id}/",
         "/dead-letters/",
+        "/health/",
         "/keys/",
         "/signing-secret/",
         "/preferences/timezone/",
