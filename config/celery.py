@@ -95,6 +95,14 @@ def _name_the_worker_in_logs(**kwargs):
 
 
 @signals.worker_process_init.connect
+def _trace_from_the_child(**kwargs):
+    """Traces (OTEL_EXPORTER_OTLP_ENDPOINT set): the exporter's thread must start in the child."""
+    from apps.core import tracing
+
+    tracing.configure("worker")
+
+
+@signals.worker_process_init.connect
 def _ignore_sigterm_until_the_first_task(**kwargs):
     """Celery's prefork children exit at once on SIGTERM, and their parent logs each one as an
     ERROR. billiard installs that handler right after worker_process_init, unless the signal is

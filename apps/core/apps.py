@@ -12,3 +12,11 @@ class CoreConfig(AppConfig):
         # Python warnings as log records (logger py.warnings): with LOG_FORMAT=json they are JSON
         # lines like the rest, not stray text on stderr. Django 5 no longer does this itself.
         logging.captureWarnings(True)
+        from django.conf import settings
+
+        from . import tracing
+
+        # A Celery worker's main process delivers nothing: its prefork children trace, each
+        # configured after the fork (config/celery.py), since the exporter runs a thread.
+        if settings.PROCESS_TYPE != "worker":
+            tracing.configure(settings.PROCESS_TYPE)

@@ -278,6 +278,21 @@ CHIME_METRICS_ADDR = env.str("CHIME_METRICS_ADDR", default="0.0.0.0")
 # A tenant label on the run metrics: for small installs only (one series per tenant and label).
 CHIME_METRICS_TENANT_LABEL = env.bool("CHIME_METRICS_TENANT_LABEL", default=False)
 
+# --- errors to Sentry (optional) ---------------------------------------------------------------
+# SENTRY_DSN set: unhandled errors of every process go to Sentry (its Django and Celery
+# integrations switch on by themselves). No personal data (send_default_pii off: no cookies, no
+# Authorization header, no user), and no performance tracing (OpenTelemetry does that).
+SENTRY_DSN = env.str("SENTRY_DSN", default="")
+if SENTRY_DSN:
+    import sentry_sdk
+
+    sentry_sdk.init(
+        dsn=SENTRY_DSN,
+        environment=env.str("SENTRY_ENVIRONMENT", default="production"),
+        send_default_pii=False,
+        traces_sample_rate=0.0,
+    )
+
 # --- health checks (apps/core/health.py, docs/operations.md#health-checks) -------------------
 # Each dependency check of /readyz and `manage.py probe` gives up after this long.
 CHIME_READINESS_TIMEOUT_SECONDS = env.float("CHIME_READINESS_TIMEOUT_SECONDS", default=2.0)
