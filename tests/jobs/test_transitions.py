@@ -256,7 +256,6 @@ NOT_YET_ROUTED = {
     "apps/delivery/outcomes.py",
     "apps/delivery/preparing.py",
     "apps/delivery/services.py",
-    "apps/jobs/services.py",
     "apps/scheduler/services.py",
 }
 
