@@ -252,10 +252,6 @@ def test_the_scan_leaves_other_writes_alone(sample):
 
 # Modules whose status writes are still being routed through transitions.py (empty when done).
 NOT_YET_ROUTED = {
-    "apps/delivery/claiming.py",
-    "apps/delivery/outcomes.py",
-    "apps/delivery/preparing.py",
-    "apps/delivery/services.py",
     "apps/scheduler/services.py",
 }
 
