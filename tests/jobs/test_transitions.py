@@ -250,19 +250,11 @@ def test_the_scan_leaves_other_writes_alone(sample):
     assert status_writes(BENIGN[sample]) == [], sample
 
 
-# Modules whose status writes are still being routed through transitions.py (empty when done).
-NOT_YET_ROUTED = {
-    "apps/scheduler/services.py",
-}
-
-
 def test_only_transitions_py_writes_the_run_status():
     offenders = []
     for path in sorted((ROOT / "apps").rglob("*.py")):
         relative = path.relative_to(ROOT)
         if "migrations" in relative.parts or relative == Path("apps/jobs/transitions.py"):
-            continue
-        if str(relative) in NOT_YET_ROUTED:
             continue
         offenders += status_writes(path.read_text(), str(relative))
     assert offenders == [], "write JobRun.status through apps/jobs/transitions.py:\n" + "\n".join(offenders)
