@@ -152,25 +152,35 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _status_dicts(scope: ast.AST) -> set[str]:
-    """Names bound to a dict literal that sets "status" to a run state, in this scope."""
-    names = set()
+def _status_dicts(scope: ast.AST) -> dict[str, ast.AST]:
+    """Names bound to a dict literal with a "status" key, in this scope: name -> the value."""
+    names = {}
     for node in ast.walk(scope):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and _sets_run_status(node.value):
-            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            value = _status_value(node.value)
+            if value is not None:
+                names |= {t.id: value for t in node.targets if isinstance(t, ast.Name)}
     return names
 
 
-def _sets_run_status(d: ast.Dict) -> bool:
-    return any(
-        isinstance(k, ast.Constant) and k.value == "status" and _mentions_run_status(v)
-        for k, v in zip(d.keys, d.values, strict=True)
+def _status_value(d: ast.Dict) -> ast.AST | None:
+    return next(
+        (v for k, v in zip(d.keys, d.values, strict=True) if isinstance(k, ast.Constant) and k.value == "status"), None
+    )
+
+
+def _is_job_status(value: ast.AST, receiver: ast.AST) -> bool:
+    """JobDefinition is the only other model with a `status`: its writes are not the run's."""
+    if _mentions_run_status(value):
+        return False
+    return _root_name(receiver) == "JobDefinition" or any(
+        isinstance(n, ast.Name) and n.id == "JobStatus" for n in ast.walk(value)
     )
 
 
 def status_writes(source: str, name: str = "<sample>") -> list[str]:
-    """Every statement of `source` that writes JobRun.status: `.update(status=...)` on a JobRun
-    queryset or to a run state (also through `**dict`), `bulk_update(..., ["status"])`,
+    """Every statement of `source` that writes JobRun.status: `.update(status=...)` (also through
+    `**dict`) unless it is plainly a JobDefinition's, `bulk_update(..., ["status"])`,
     `x.status = RunStatus.X` in a function that saves, and SQL `UPDATE jobs_jobrun SET status`."""
     tree = ast.parse(source)
     found = []
@@ -190,12 +200,12 @@ def status_writes(source: str, name: str = "<sample>") -> list[str]:
                     saves = True
                 if attr == "update":
                     for kw in n.keywords:
-                        by_name = kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id in dicts
-                        inline = kw.arg is None and isinstance(kw.value, ast.Dict) and _sets_run_status(kw.value)
-                        direct = kw.arg == "status" and (
-                            _root_name(n.func.value) == "JobRun" or _mentions_run_status(kw.value)
-                        )
-                        if by_name or inline or direct:
+                        value = kw.value if kw.arg == "status" else None
+                        if kw.arg is None and isinstance(kw.value, ast.Name):
+                            value = dicts.get(kw.value.id)
+                        if kw.arg is None and isinstance(kw.value, ast.Dict):
+                            value = _status_value(kw.value)
+                        if value is not None and not _is_job_status(value, n.func.value):
                             found.append(f"{name}:{n.lineno}: .update() sets the run status")
                 if attr == "bulk_update" and any(
                     isinstance(c, ast.Constant) and c.value == "status" for a in n.args[1:2] for c in ast.walk(a)
@@ -217,6 +227,8 @@ PLANTED = {
     "orm update, other model name": "runs.filter(id=1).update(status=RunStatus.CANCELLED, finished_at=now)",
     "orm update, string state": "qs.update(status='queued')",
     "orm update on JobRun, variable": "JobRun.objects.filter(id=1).update(status=new)",
+    "orm update of some queryset, variable": "runs.update(status=new, finished_at=now)",
+    "update through a dict of variables": "def f(qs, s):\n    changes = {'status': s}\n    qs.update(**changes)",
     "update through a dict": (
         "def f(run):\n    changes = {'status': RunStatus.RETRYING}\n"
         "    JobRun.objects.filter(id=run.id).update(lease_owner='', **changes)"
