@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 
 from apps.core.events import runs_changed, runs_changed_on_commit
 from apps.jobs.models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
+from apps.jobs.transitions import Event, move
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +75,9 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]
             ):
                 continue
             claimed.append(run)
-        JobRun.objects.filter(id__in=[r.id for r in claimed], status=RunStatus.QUEUED).update(
-            status=RunStatus.RUNNING,
+        move(
+            Event.CLAIM,
+            [r.id for r in claimed],
             attempt_count=F("attempt_count") + 1,
             started_at=now,
             lease_owner=owner,
@@ -97,16 +99,18 @@ def _apply_concurrency_policy(run: JobRun, policy: str, *, now: datetime) -> boo
         busy = others.values_list("id", "status").first()
         if busy is None:
             return True
-        JobRun.objects.filter(id=run.id, status=RunStatus.QUEUED).update(
-            status=RunStatus.SKIPPED,
+        move(
+            Event.SKIP,
+            [run.id],
             finished_at=now,
             status_reason=f"Skipped: run {busy[0]} of this job was still {busy[1]} (concurrency_policy 'forbid').",
         )
         return False
     replaced = list(others.values_list("id", flat=True))
     runs_changed_on_commit((run.tenant_id, other_id, RunStatus.CANCELLED) for other_id in replaced)
-    JobRun.objects.filter(id__in=replaced).update(
-        status=RunStatus.CANCELLED,
+    move(
+        Event.REPLACE,
+        replaced,
         finished_at=now,
         lease_owner="",
         lease_expires_at=None,

@@ -16,6 +16,7 @@ from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
 from apps.jobs.secrets import redact_headers
+from apps.jobs.transitions import Event, move
 from apps.tenants.models import Membership, Role
 
 from .sanitize import ERROR_CHARS, RESPONSE_EXCERPT_CHARS, STATUS_REASON_CHARS, clean_headers, clean_integer, clean_text
@@ -214,20 +215,17 @@ def _record(deliveries: list[tuple], *, owner: str, now: datetime, stripped: boo
     # A run whose lease was lost may already have its attempt recorded by the sweep.
     RunAttempt.objects.bulk_create([a for a in attempts if a.run_id not in mine], ignore_conflicts=True)
     release = {"lease_owner": "", "lease_expires_at": None}
-    JobRun.objects.filter(id__in=succeeded).update(
-        status=RunStatus.SUCCEEDED, finished_at=now, status_reason="", **release
-    )
+    move(Event.SUCCEED, succeeded, finished_at=now, status_reason="", **release)
     counts[RunStatus.SUCCEEDED] += len(succeeded)
     for reason, ids in failed.items():
-        JobRun.objects.filter(id__in=ids).update(
-            status=RunStatus.FAILED, finished_at=now, status_reason=clean_text(reason, STATUS_REASON_CHARS), **release
-        )
+        move(Event.DEAD_LETTER, ids, finished_at=now, status_reason=clean_text(reason, STATUS_REASON_CHARS), **release)
         counts[RunStatus.FAILED] += len(ids)
     for run, attempt, response in retrying:
         # A request cut off by a worker's shutdown goes out again at once, not after a backoff.
         interrupted = attempt.error_kind == ErrorKind.WORKER_LOST
-        JobRun.objects.filter(id=run.id).update(
-            status=RunStatus.RETRYING,
+        move(
+            Event.RETRY,
+            [run.id],
             available_at=now if interrupted else now + backoff_delay(run, response.retry_after_seconds),
             status_reason=clean_text(
                 f"Attempt {run.attempt_count} failed: {attempt.error}; retrying.", STATUS_REASON_CHARS

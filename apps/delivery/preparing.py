@@ -18,6 +18,7 @@ from uuid6 import uuid7
 
 from apps.core.events import runs_changed
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
+from apps.jobs.transitions import Event, move
 from apps.tenants.selectors import signing_secrets_by_tenant
 
 from .claiming import lease_expiry
@@ -117,8 +118,10 @@ def cancel_unsendable(runs: list[JobRun], *, owner: str, report: DeliveryReport)
         if reason is None:
             to_send.append(run)
             continue
-        JobRun.objects.filter(id=run.id, status=RunStatus.RUNNING, lease_owner=owner).update(
-            status=RunStatus.CANCELLED,
+        move(
+            Event.ABANDON,
+            [run.id],
+            where={"lease_owner": owner},
             status_reason=reason,
             finished_at=timezone.now(),
             lease_owner="",
@@ -148,8 +151,10 @@ def hand_back(runs: list[JobRun], *, owner: str) -> None:
     back = list(
         JobRun.objects.filter(id__in=ids, status=RunStatus.RUNNING, lease_owner=owner).values_list("id", "priority")
     )
-    JobRun.objects.filter(id__in=[r for r, _ in back], status=RunStatus.RUNNING, lease_owner=owner).update(
-        status=RunStatus.QUEUED,
+    move(
+        Event.HAND_BACK,
+        [r for r, _ in back],
+        where={"lease_owner": owner},
         attempt_count=F("attempt_count") - 1,
         queued_at=timezone.now(),
         lease_owner="",
@@ -168,8 +173,14 @@ def fail_unbuildable(run: JobRun, exc: Exception, *, owner: str, now: datetime) 
     says so. Retrying would build the same broken request; its neighbours are sent as usual."""
     error = f"The request could not be built: {type(exc).__name__}: {exc}".replace("\x00", "")[:500]
     with transaction.atomic():
-        if not JobRun.objects.filter(id=run.id, status=RunStatus.RUNNING, lease_owner=owner).update(
-            status=RunStatus.FAILED, finished_at=now, status_reason=error, lease_owner="", lease_expires_at=None
+        if not move(
+            Event.DEAD_LETTER,
+            [run.id],
+            where={"lease_owner": owner},
+            finished_at=now,
+            status_reason=error,
+            lease_owner="",
+            lease_expires_at=None,
         ):
             return
         RunAttempt.objects.create(

@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 
 from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobRun, RunAttempt, RunStatus
+from apps.jobs.transitions import Event, move
 
 from .outcomes import attempts_left
 from .preparing import DeliveryReport, HandBack, build_request, default_payload, worker_id  # noqa: F401 (API)
@@ -84,16 +85,13 @@ def recover_expired_leases(*, partitions: list[int], now: datetime, batch_size: 
         )
         for run in runs:
             if attempts_left(run):
-                changes = {"status": RunStatus.RETRYING, "available_at": now, "status_reason": "Worker lost; retrying."}
+                event, changes = Event.RETRY, {"available_at": now, "status_reason": "Worker lost; retrying."}
             else:
-                changes = {
-                    "status": RunStatus.FAILED,
-                    "finished_at": now,
-                    "status_reason": "Worker lost on the last attempt.",
-                }
-            JobRun.objects.filter(id=run.id, status=RunStatus.RUNNING).update(
-                lease_owner="", lease_expires_at=None, **changes
-            )
+                event, changes = (
+                    Event.DEAD_LETTER,
+                    {"finished_at": now, "status_reason": "Worker lost on the last attempt."},
+                )
+            move(event, [run.id], lease_owner="", lease_expires_at=None, **changes)
         runs_changed_on_commit((run.tenant_id, run.id) for run in runs)
     return len(runs)
 

@@ -12,8 +12,9 @@ from apps.core.events import runs_changed_on_commit
 from apps.tenants import quotas
 from apps.tenants.models import Tenant
 
-from .models import UNSTARTED_RUN_STATUSES, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
+from .models import JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
 from .planning import insert_run_rows, insert_runs, plan_definition, run_rows_from_plan, schedule_problem
+from .transitions import TRANSITIONS, Event, move
 
 
 def next_fire_after(definition: JobDefinition, after: datetime) -> datetime | None:
@@ -100,11 +101,10 @@ def check_run_at(schedule_type, run_at: datetime | None, *, now: datetime) -> No
 
 
 def _cancel_unstarted_runs(*, job: JobDefinition, reason: str, now: datetime) -> int:
-    ids = list(JobRun.objects.filter(definition=job, status__in=UNSTARTED_RUN_STATUSES).values_list("id", flat=True))
+    unstarted = TRANSITIONS[Event.CANCEL_UNSTARTED].sources
+    ids = list(JobRun.objects.filter(definition=job, status__in=unstarted).values_list("id", flat=True))
     runs_changed_on_commit((job.tenant_id, run_id, RunStatus.CANCELLED) for run_id in ids)
-    return JobRun.objects.filter(id__in=ids, status__in=UNSTARTED_RUN_STATUSES).update(
-        status=RunStatus.CANCELLED, status_reason=reason, finished_at=now
-    )
+    return move(Event.CANCEL_UNSTARTED, ids, status_reason=reason, finished_at=now)
 
 
 @transaction.atomic
@@ -224,7 +224,7 @@ def job_delete(*, job: JobDefinition) -> JobDefinition:
     return job
 
 
-CANCELLABLE_RUN_STATUSES = (*UNSTARTED_RUN_STATUSES, RunStatus.RUNNING)
+CANCELLABLE_RUN_STATUSES = TRANSITIONS[Event.CANCEL].sources
 
 
 @transaction.atomic
@@ -234,9 +234,15 @@ def run_cancel(*, run: JobRun) -> JobRun:
     run = JobRun.objects.select_for_update().get(pk=run.pk)
     if run.status not in CANCELLABLE_RUN_STATUSES:
         raise JobActionError(f"A {run.status} run cannot be cancelled.")
-    run.status, run.status_reason, run.finished_at = RunStatus.CANCELLED, "Cancelled by the API.", timezone.now()
-    run.lease_owner, run.lease_expires_at = "", None
-    run.save(update_fields=["status", "status_reason", "finished_at", "lease_owner", "lease_expires_at"])
+    move(
+        Event.CANCEL,
+        [run.pk],
+        status_reason="Cancelled by the API.",
+        finished_at=timezone.now(),
+        lease_owner="",
+        lease_expires_at=None,
+    )
+    run.refresh_from_db()
     runs_changed_on_commit([(run.tenant_id, run.id, run.status)])
     return run
 
@@ -248,13 +254,8 @@ def run_replay(*, run: JobRun) -> JobRun:
     run = JobRun.objects.select_for_update().get(pk=run.pk)
     if run.status != RunStatus.FAILED:
         raise JobActionError(f"Only failed runs can be replayed; this one is {run.status}.")
-    now = timezone.now()
-    run.status, run.status_reason = RunStatus.SCHEDULED, "Replayed."
-    run.available_at, run.finished_at, run.queued_at = now, None, None
-    run.attempts_before_replay = run.attempt_count
-    run.save(
-        update_fields=["status", "status_reason", "available_at", "finished_at", "queued_at", "attempts_before_replay"]
-    )
+    _replay([run.pk], now=timezone.now())
+    run.refresh_from_db()
     runs_changed_on_commit([(run.tenant_id, run.id, run.status)])
     return run
 
@@ -265,8 +266,14 @@ def runs_replay_failed(*, runs) -> int:
     now = timezone.now()
     rows = list(runs.filter(status=RunStatus.FAILED).values_list("id", "tenant_id"))
     runs_changed_on_commit((tenant_id, run_id, RunStatus.SCHEDULED) for run_id, tenant_id in rows)
-    return JobRun.objects.filter(id__in=[run_id for run_id, _ in rows], status=RunStatus.FAILED).update(
-        status=RunStatus.SCHEDULED,
+    return _replay([run_id for run_id, _ in rows], now=now)
+
+
+def _replay(run_ids: list, *, now: datetime) -> int:
+    """failed -> scheduled with a fresh retry budget: attempts are counted from here on."""
+    return move(
+        Event.REPLAY,
+        run_ids,
         status_reason="Replayed.",
         available_at=now,
         finished_at=None,
@@ -310,12 +317,12 @@ def job_update(*, job: JobDefinition, enabled: bool | None = None, **fields) -> 
             _check_job_slot(job.tenant_id)  # it counts again
             job.status = JobStatus.ACTIVE
         stale = JobRun.objects.filter(
-            definition=job, trigger=Trigger.SCHEDULE, status__in=(RunStatus.SCHEDULED, RunStatus.QUEUED)
+            definition=job, trigger=Trigger.SCHEDULE, status__in=TRANSITIONS[Event.RESCHEDULE].sources
         )
         runs_changed_on_commit(
             (job.tenant_id, run_id, RunStatus.CANCELLED) for run_id in stale.values_list("id", flat=True)
         )
-        stale.update(status=RunStatus.CANCELLED, status_reason="The job's schedule changed.", finished_at=now)
+        move(Event.RESCHEDULE, stale, status_reason="The job's schedule changed.", finished_at=now)
     job.save()
     if enabled is False and job.status == JobStatus.ACTIVE:
         job = job_pause(job=job)

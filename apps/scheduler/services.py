@@ -22,6 +22,7 @@ from apps.core.events import runs_changed
 from apps.delivery.enqueue import broker_epoch, by_priority, publish_runs
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
 from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan
+from apps.jobs.transitions import Event, move, release_fenced
 
 from .fairness import fair_selection
 from .leases import LeaseKeeper
@@ -165,22 +166,6 @@ def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> 
     return len(released)
 
 
-FLIP_SQL = """
-UPDATE jobs_jobrun AS r
-   SET status = 'queued', queued_at = %(now)s
-  FROM (SELECT id FROM jobs_jobrun
-         WHERE id = ANY(%(ids)s) AND status IN ('scheduled', 'retrying')
-         FOR UPDATE SKIP LOCKED) AS due
- WHERE r.id = due.id
-   AND EXISTS (
-       SELECT 1 FROM scheduler_schedulerlease AS l
-         JOIN unnest(%(partitions)s::int[], %(epochs)s::bigint[]) AS h(partition, epoch)
-           ON h.partition = l.partition AND h.epoch = l.epoch
-        WHERE l.partition = r.partition AND l.owner = %(owner)s AND l.expires_at > clock_timestamp())
-RETURNING r.id, r.priority, r.tenant_id
-"""
-
-
 def flip_to_queued(run_ids: list, *, leases: LeaseKeeper, now: datetime) -> list[tuple]:
     """`scheduled|retrying -> queued` for the runs still releasable, under the fence; returns
     (id, priority, tenant_id) of the runs flipped. Rows another scheduler has locked are skipped."""
@@ -190,14 +175,11 @@ def flip_to_queued(run_ids: list, *, leases: LeaseKeeper, now: datetime) -> list
         held = sorted(leases.held.items())
         params = {
             "now": now,
-            "ids": run_ids,
             "partitions": [p for p, _ in held],
             "epochs": [e for _, e in held],
             "owner": leases.owner,
         }
-        with connection.cursor() as cursor:
-            cursor.execute(FLIP_SQL, params)
-            return cursor.fetchall()
+        return release_fenced(run_ids, **params)  # the statement: apps/jobs/transitions.py
     # Embedded mode (SQLite serializes writers): check the fence, then flip.
     valid = list(SchedulerLease.objects.filter(leases.fence()).values_list("partition", flat=True))
     released = list(
@@ -205,7 +187,7 @@ def flip_to_queued(run_ids: list, *, leases: LeaseKeeper, now: datetime) -> list
             "id", "priority", "tenant_id"
         )
     )
-    JobRun.objects.filter(id__in=[r[0] for r in released]).update(status=RunStatus.QUEUED, queued_at=now)
+    move(Event.RELEASE, [r[0] for r in released], queued_at=now)
     return released
 
 
@@ -224,9 +206,7 @@ def publish_or_put_back(rows: list[tuple]) -> None:
             # empty broker) or the requeue sweep publishes them again.
             logger.warning("publishing %d runs failed; putting them back", len(run_ids), exc_info=True)
             with_db_retry(
-                lambda ids=run_ids: JobRun.objects.filter(id__in=ids, status=RunStatus.QUEUED).update(
-                    status=RunStatus.SCHEDULED, queued_at=None
-                ),
+                lambda ids=run_ids: move(Event.UNPUBLISH, ids, queued_at=None),
                 what="putting back unpublished runs",
                 deadline_seconds=30,
             )

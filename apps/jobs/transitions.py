@@ -1,0 +1,163 @@
+"""The run's state machine: every allowed change of `JobRun.status`, as data, and the one place
+that writes it.
+
+Before this module the status was written in ~16 statements across five modules, each with its
+own idea of which states it may leave; a writer that forgot its guard could, say, overwrite a run
+the lease sweep had just dead-lettered. Now each change is an *event* of `TRANSITIONS` (which
+states it leaves, which state it enters), and the only statements that write the status are
+built here from that table: `UPDATE ... WHERE <the caller's rows> AND status IN (<the event's
+sources>)`. A run in any other state is left alone and not counted, so a forbidden transition
+cannot be written, whoever calls. `tests/jobs/test_transitions.py` walks every (state, event) pair
+on PostgreSQL and scans `apps/` for status writes anywhere else; docs/architecture.md
+(#the-runs-state-machine) shows the table, checked against this one by a test.
+
+Runs are born, not moved, into `BIRTH_STATES` (the scheduler's and the API's inserts:
+apps/jobs/planning.py, `job_trigger`, `job_backfill`); an insert is not a transition.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from .models import JobRun, RunStatus
+
+S = RunStatus
+
+
+class Event(StrEnum):
+    RELEASE = "release"
+    UNPUBLISH = "unpublish"
+    CLAIM = "claim"
+    SKIP = "skip"
+    HAND_BACK = "hand_back"
+    SUCCEED = "succeed"
+    RETRY = "retry"
+    DEAD_LETTER = "dead_letter"
+    ABANDON = "abandon"
+    REPLACE = "replace"
+    CANCEL = "cancel"
+    CANCEL_UNSTARTED = "cancel_unstarted"
+    RESCHEDULE = "reschedule"
+    REPLAY = "replay"
+
+
+@dataclass(frozen=True)
+class Transition:
+    event: Event
+    sources: tuple[str, ...]  # the states a run may be in for the event to move it
+    target: str
+    why: str  # who writes it, and when (the doc's table shows it)
+
+
+BIRTH_STATES = (S.SCHEDULED, S.SKIPPED)
+
+TRANSITIONS: dict[Event, Transition] = {
+    t.event: t
+    for t in (
+        Transition(
+            Event.RELEASE,
+            (S.SCHEDULED, S.RETRYING),
+            S.QUEUED,
+            "scheduler: its time has come (available_at), under the partition lease",
+        ),
+        Transition(Event.UNPUBLISH, (S.QUEUED,), S.SCHEDULED, "scheduler: the broker refused the message"),
+        Transition(Event.CLAIM, (S.QUEUED,), S.RUNNING, "worker: takes the lease, counts the attempt"),
+        Transition(Event.SKIP, (S.QUEUED,), S.SKIPPED, "worker: concurrency_policy 'forbid', another run busy"),
+        Transition(
+            Event.HAND_BACK, (S.RUNNING,), S.QUEUED, "worker: claimed but not sent (shutdown); attempt uncharged"
+        ),
+        Transition(Event.SUCCEED, (S.RUNNING,), S.SUCCEEDED, "worker: the endpoint answered 2xx"),
+        Transition(
+            Event.RETRY, (S.RUNNING,), S.RETRYING, "worker: retryable outcome; lease sweep: worker lost, attempts left"
+        ),
+        Transition(
+            Event.DEAD_LETTER,
+            (S.RUNNING,),
+            S.FAILED,
+            "worker: final outcome or request not buildable; lease sweep: worker lost on the last attempt",
+        ),
+        Transition(Event.ABANDON, (S.RUNNING,), S.CANCELLED, "worker: job paused or deleted before sending"),
+        Transition(
+            Event.REPLACE,
+            (S.RUNNING, S.RETRYING),
+            S.CANCELLED,
+            "worker: a new run of a concurrency_policy 'replace' job is claimed",
+        ),
+        Transition(
+            Event.CANCEL,
+            (S.SCHEDULED, S.QUEUED, S.RETRYING, S.RUNNING),
+            S.CANCELLED,
+            "API: cancel a run that has not finished",
+        ),
+        Transition(
+            Event.CANCEL_UNSTARTED,
+            (S.SCHEDULED, S.QUEUED, S.RETRYING),
+            S.CANCELLED,
+            "API/dashboard: the job is deleted",
+        ),
+        Transition(
+            Event.RESCHEDULE,
+            (S.SCHEDULED, S.QUEUED),
+            S.CANCELLED,
+            "API/dashboard: the job's schedule changed (its scheduled runs only)",
+        ),
+        Transition(Event.REPLAY, (S.FAILED,), S.SCHEDULED, "API/dashboard/admin: replay a dead letter"),
+    )
+}
+
+
+def allowed_pairs() -> set[tuple[str, str]]:
+    """Every (from, to) the table allows, whatever the event."""
+    return {(source, t.target) for t in TRANSITIONS.values() for source in t.sources}
+
+
+def _guard(event: Event) -> dict:
+    sources = TRANSITIONS[event].sources
+    return {"status": sources[0]} if len(sources) == 1 else {"status__in": sources}
+
+
+def move(event: Event, runs, *, where: dict | None = None, **fields) -> int:
+    """Apply `event` to `runs` (ids, or a JobRun queryset) that are in one of its source states,
+    also setting `fields`; `where` narrows the rows further (e.g. `lease_owner`). Returns how many
+    moved: runs in any other state are left as they are and not counted."""
+    rows = runs if isinstance(runs, QuerySet) else JobRun.objects.filter(id__in=list(runs))
+    if where:
+        rows = rows.filter(**where)
+    return rows.filter(**_guard(event)).update(status=TRANSITIONS[event].target, **fields)
+
+
+def _sql_in(event: Event) -> str:
+    """The event's guard as SQL text; the values are this module's constants, never input."""
+    return "status IN ({})".format(", ".join(f"'{s}'" for s in TRANSITIONS[event].sources))
+
+
+# The scheduler's release, fenced by its partition leases: a run is flipped only if, at that very
+# write (clock_timestamp()), the process still holds its partition's lease at the epoch it
+# acquired it (docs/architecture.md#sharding). Rows another scheduler has locked are skipped.
+RELEASE_FENCED_SQL = f"""
+UPDATE jobs_jobrun AS r
+   SET status = '{TRANSITIONS[Event.RELEASE].target}', queued_at = %(now)s
+  FROM (SELECT id FROM jobs_jobrun
+         WHERE id = ANY(%(ids)s) AND {_sql_in(Event.RELEASE)}
+         FOR UPDATE SKIP LOCKED) AS due
+ WHERE r.id = due.id
+   AND EXISTS (
+       SELECT 1 FROM scheduler_schedulerlease AS l
+         JOIN unnest(%(partitions)s::int[], %(epochs)s::bigint[]) AS h(partition, epoch)
+           ON h.partition = l.partition AND h.epoch = l.epoch
+        WHERE l.partition = r.partition AND l.owner = %(owner)s AND l.expires_at > clock_timestamp())
+RETURNING r.id, r.priority, r.tenant_id
+"""  # noqa: S608 (the interpolated text is this module's constants)
+
+
+def release_fenced(run_ids: list, *, now: datetime, partitions: list[int], epochs: list[int], owner: str) -> list:
+    """PostgreSQL: `release` for the runs still releasable whose partition lease (`owner`, at
+    `epochs[i]` for `partitions[i]`) still holds; returns (id, priority, tenant_id) of each run
+    moved."""
+    params = {"now": now, "ids": run_ids, "partitions": partitions, "epochs": epochs, "owner": owner}
+    with connection.cursor() as cursor:
+        cursor.execute(RELEASE_FENCED_SQL, params)
+        return cursor.fetchall()
