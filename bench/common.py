@@ -427,13 +427,24 @@ def free_port() -> int:
 class ReceiverProcess(Process):
     """bench/receiver.py in its own process; records arrival time and headers of each request."""
 
-    def __init__(self, name: str = "receiver"):
+    def __init__(self, name: str = "receiver", hosts: int = 1):
         self.port = free_port()
+        self.hosts = hosts  # listens on 127.0.0.1 .. 127.0.0.<hosts>
         self.dump_path = LOGS / f"{name}-deliveries.jsonl"
         self.dump_path.unlink(missing_ok=True)
         super().__init__(
             name,
-            [PYTHON, "-m", "bench.receiver", "--port", str(self.port), "--dump", str(self.dump_path)],
+            [
+                PYTHON,
+                "-m",
+                "bench.receiver",
+                "--port",
+                str(self.port),
+                "--dump",
+                str(self.dump_path),
+                "--hosts",
+                str(hosts),
+            ],
             bench_env(),
         )
         wait_for(self._up, 30, "receiver up")

@@ -5,12 +5,18 @@ The hot path since the delivery window (apps/delivery/window.py) is: `Window.adm
 secrets) -> `build_request` (preparing.py) -> `Transport.submit_many` -> the requests on the loop
 thread -> `record_in_lock_order` (recording.py) -> `record_outcomes` (outcomes.py). This calls
 `services.deliver_runs` (the same window, recording in the caller's thread) in-process on N runs
-already `queued` (100 tenants, one receiver host, as in the spike), one message of
+already `queued` (100 tenants, endpoints on 8 receiver hosts), one message of
 CHIME_ENQUEUE_CHUNK runs at a time, and reports per stage: wall time per message and per run, the
 SQL statements each stage sent (by kind, counted through a Django execute_wrapper attributed to
 the stage running), and the CPU of this process and of its PostgreSQL backend per run (from /proc).
 
     .venv/bin/python -m bench.delivery_stages --n 5000 [--chunk 50]
+    .venv/bin/python -m bench.delivery_stages --worker --n 20000   # a real Celery worker instead
+
+`--worker`: the same N queued runs published (CHIME_ENQUEUE_CHUNK per message) to a real Celery
+worker (prefork, --concurrency 2, no scheduler), and the CPU per delivered run of the worker's
+processes and of the worker's PostgreSQL backends (application_name chime-worker, sampled from
+/proc), until all succeeded: the worker's side of the spike without the scheduler's.
 """
 
 from __future__ import annotations
@@ -89,13 +95,21 @@ def staged(owner, name: str, label: str, bucket: dict):
         setattr(owner, name, original)
 
 
-def queued_runs(tenants: list, url: str, n: int) -> list[str]:
-    """n definitions far in the future (spread over the tenants), each with one run `queued`."""
+def queued_runs(tenants: list, url: str, n: int, hosts: int = 1) -> list[str]:
+    """n definitions far in the future (spread over the tenants), each with one run `queued`;
+    with hosts > 1 their URLs spread over 127.0.0.1 .. 127.0.0.<hosts> (the receiver's --hosts),
+    so the window's cap per host (50) does not park most of them."""
     far = (utcnow() + timedelta(days=365)).replace(microsecond=0)
     load_once_definitions(
         tenant=tenants[0], tenants=tenants, fire_times=(far for _ in range(n)), count=n, target_url=url
     )
     with pg_connect() as conn:
+        if hosts > 1:
+            conn.execute(
+                "UPDATE jobs_jobdefinition SET target_url = "
+                "replace(target_url, '127.0.0.1', '127.0.0.' || (1 + abs(hashtext(id::text)) %% %s))",
+                [hosts],
+            )
         rows = conn.execute(
             """INSERT INTO jobs_jobrun (id, tenant_id, definition_id, partition, priority, scheduled_for, trigger,
                    status, status_reason, available_at, attempt_count, attempts_before_replay, lease_owner,
@@ -107,6 +121,56 @@ def queued_runs(tenants: list, url: str, n: int) -> list[str]:
         conn.execute("ANALYZE jobs_jobrun")
         conn.execute("ANALYZE jobs_jobdefinition")
     return [str(row[0]) for row in rows]
+
+
+def worker_end_to_end(args, tenants, rep) -> None:
+    from bench.common import CpuMeter, SampledCpu, backends_of, pids_of_database, start_worker, wait_for
+
+    reset_state()
+    n = args.n or 20_000
+    with processes():
+        receiver = ReceiverProcess("delivery-e2e-receiver", hosts=args.hosts)
+        ids = queued_runs(tenants, receiver.url, n, hosts=args.hosts)
+        worker = start_worker("delivery-e2e-worker", concurrency=2)
+        time.sleep(3)  # the children are up
+        from django.conf import settings
+
+        from apps.delivery.enqueue import publish_runs
+
+        meter = CpuMeter(
+            {
+                "worker (all processes)": worker.group_pids,
+                "postgres: the worker's backends": SampledCpu(backends_of("chime-worker")),
+                "postgres: all of the bench db": SampledCpu(pids_of_database),
+                "receiver": lambda: [receiver.pid],
+            }
+        )
+        load = os.getloadavg()[0]
+        meter.start()
+        chunk = settings.CHIME_ENQUEUE_CHUNK
+        for i in range(0, n, 2000):  # as release does: a batch, then the next
+            publish_runs(ids[i : i + 2000], priority="default")
+
+        def done():
+            with pg_connect() as conn:
+                return conn.execute("SELECT count(*) FROM jobs_jobrun WHERE status = 'succeeded'").fetchone()[0] >= n
+
+        wait_for(done, 600, "all delivered", interval=0.2)
+        used = meter.stop()
+        worker.stop()
+        receiver.stop()
+    reset_state()
+    rep.add(
+        f"{n:,} queued runs ({args.tenants} tenants) published in messages of {chunk} to one "
+        f"Celery worker (prefork, 2 processes), no scheduler; {meter.wall:.1f} s to all succeeded "
+        f"({n / meter.wall:,.0f} runs/s), endpoints on {args.hosts} hosts; load average {load:.2f} at the start.\n"
+    )
+    rep.add(
+        table(
+            ["process", "CPU s", "CPU per run"],
+            [[name, fmt(v, " s", 1), fmt(1000 * v / n, " ms", 3)] for name, v in used.items()],
+        )
+    )
 
 
 def backend_cpu() -> float:
@@ -124,12 +188,19 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, help="runs per message (default CHIME_ENQUEUE_CHUNK)")
     parser.add_argument("--tenants", type=int, default=100, help="tenants the runs belong to (default 100)")
     parser.add_argument("--profile", action="store_true", help="cProfile the first two messages and print it")
+    parser.add_argument("--hosts", type=int, default=8, help="receiver hosts 127.0.0.1..N the runs spread over")
+    parser.add_argument("--worker", action="store_true", help="a real Celery worker, CPU per run (see above)")
     args = parser.parse_args()
     n = args.n or (2_000 if args.quick else 5_000)
     if not args.no_setup:
         ensure_database()
     tenants = bench_tenants(args.tenants)
     setup_django()
+    if args.worker:
+        rep = Report("Delivery: one Celery worker's CPU per run (no scheduler)", args.md)
+        worker_end_to_end(args, tenants, rep)
+        rep.save()
+        return
     import cProfile
 
     from django.conf import settings
@@ -142,8 +213,8 @@ def main() -> None:
     reset_state()
     rep = Report(f"Delivery stages: one message of {chunk} runs on the window's path (in-process)", args.md)
     with processes():
-        receiver = ReceiverProcess("delivery-stages-receiver")
-        ids = queued_runs(tenants, receiver.url, n + 2 * chunk)
+        receiver = ReceiverProcess("delivery-stages-receiver", hosts=args.hosts)
+        ids = queued_runs(tenants, receiver.url, n + 2 * chunk, hosts=args.hosts)
         chunks = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
         log(f"delivery stages: {len(ids):,} queued runs, messages of {chunk}")
         services.deliver_runs(chunks.pop(0))  # warm up: the transport's loop, the pool, the caches
@@ -215,7 +286,8 @@ def main() -> None:
     )
     statements_per_run = sum(sql.count.values()) / max(delivered, 1)
     rep.add(
-        f"{messages} messages of {chunk} runs ({delivered:,} delivered, {args.tenants} tenants, one receiver host), "
+        f"{messages} messages of {chunk} runs ({delivered:,} delivered, {args.tenants} tenants, "
+        f"{args.hosts} receiver hosts), "
         f"median per message; SQL time is measured around each statement in this process (round trip included). "
         f"Machine load at the start: {os.getloadavg()[0]:.2f}.\n"
     )
