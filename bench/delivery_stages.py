@@ -159,11 +159,17 @@ def worker_end_to_end(args, tenants, rep) -> None:
         used = meter.stop()
         worker.stop()
         receiver.stop()
+    with pg_connect() as conn:
+        # A claim gives its runs one started_at, a recording transaction one finished_at.
+        claims, records = conn.execute(
+            "SELECT count(DISTINCT started_at), count(DISTINCT finished_at) FROM jobs_jobrun"
+        ).fetchone()
     reset_state()
     rep.add(
         f"{n:,} queued runs ({args.tenants} tenants) published in messages of {chunk} to one "
         f"Celery worker (prefork, 2 processes), no scheduler; {meter.wall:.1f} s to all succeeded "
-        f"({n / meter.wall:,.0f} runs/s), endpoints on {args.hosts} hosts; load average {load:.2f} at the start.\n"
+        f"({n / meter.wall:,.0f} runs/s), endpoints on {args.hosts} hosts; load average {load:.2f} at the start; "
+        f"{n / claims:.1f} runs per claim, {n / records:.1f} per recording transaction.\n"
     )
     rep.add(
         table(
