@@ -27,6 +27,8 @@ from bench.common import (
     CpuMeter,
     ReceiverProcess,
     Report,
+    SampledCpu,
+    backends_of,
     base_parser,
     bench_tenants,
     ensure_database,
@@ -37,6 +39,7 @@ from bench.common import (
     percentiles,
     pg_connect,
     pids_named,
+    pids_of_database,
     proc_status_kb,
     processes,
     reset_state,
@@ -134,6 +137,9 @@ def run_once(*, n: int, schedulers: int, tenants: list, lookahead: float | None,
                 "celery worker (all processes)": worker.group_pids,
                 "receiver": lambda: [receiver.pid],
                 "postgres (all backends)": lambda: pids_named("postgres"),
+                "postgres (bench db backends)": SampledCpu(pids_of_database),
+                "of which the worker's": SampledCpu(backends_of("chime-worker")),
+                "of which the scheduler's": SampledCpu(backends_of("chime-scheduler")),
                 "redis-server": lambda: pids_named("redis-server"),
             }
         )
@@ -292,6 +298,17 @@ def report(results: list[dict], args, rep: Report) -> None:
             + [fmt(r["cpu_wall"], " s", 1)]
         )
     rep.add(table(["N", "variant", *names, "wall"], cpu_rows))
+    rep.add("\nCPU milliseconds per run received (unique webhook-id), from the same meter:\n")
+    rep.add(
+        table(
+            ["N", "variant", *names],
+            [
+                [f"{r['n']:,}", r["schedulers"]]
+                + [fmt(1000 * r["cpu"][name] / r["unique_ids"], " ms", 3) if r["unique_ids"] else "—" for name in names]
+                for r in results
+            ],
+        )
+    )
     rep.add("\nScheduler process memory (VmRSS before T / after the spike / VmHWM peak), per scheduler:\n")
     rep.add(
         table(

@@ -278,14 +278,22 @@ def main() -> None:
         chunks = [run_ids[i : i + chunk] for i in range(0, len(run_ids), chunk)]
         position = iter(chunks)
 
+        from apps.delivery import window
+        from apps.delivery.transport import Transport
+
         def deliver(extra):
+            # The delivery window's path (apps/delivery/window.py): admit -> _peek -> claim_runs ->
+            # build_request -> Transport.submit_many -> record_in_lock_order -> record_outcomes.
+            # bench/delivery_stages.py breaks it down further (SQL per stage, CPU per run).
             ids = next(position, None)
             if not ids:
                 return 0
-            transport = delivery_services.get_transport(allow_private_networks=True)
             with (
-                timed_attr(transport, "send_many", extra, "HTTP send_many (50 concurrent POSTs)"),
-                timed_attr(delivery_services, "build_request", extra, "build + sign requests"),
+                timed_attr(window.Window, "_peek", extra, "Window._peek: read the runs (SQL included)"),
+                timed_attr(window, "claim_runs", extra, "claim_runs (SQL included)"),
+                timed_attr(window, "build_request", extra, "build + sign requests"),
+                timed_attr(Transport, "submit_many", extra, "Transport.submit_many (hand to the loop)"),
+                timed_attr(window, "record_in_lock_order", extra, "record_in_lock_order (SQL included)"),
                 # COPY on its own cursor: not seen by the SQL timer, so time the call.
                 timed_attr(outcomes, "insert_attempts", extra, "insert_attempts (COPY, own cursor)"),
             ):
@@ -310,7 +318,7 @@ def main() -> None:
         f"release_due_runs (batch {batch}, {chunk} run ids per message, {args.tenants} tenants; backpressure lifted)",
     )
     summarize(i_rows, rep, "scheduler_tick with nothing due (holding all 64 partitions)", per_unit="ticks")
-    summarize(d_rows, rep, f"deliver_runs (one Celery task, {chunk} runs)")
+    summarize(d_rows, rep, f"deliver_runs through the delivery window (one message, {chunk} runs)")
     for title, prof in (("materialize", m_prof), ("release", r_prof), ("idle tick", i_prof), ("deliver", d_prof)):
         rep.add(f"\nProfile of {title} (cProfile, by cumulative time: ncalls tottime percall cumtime percall):\n")
         rep.add("```\n" + top_functions(prof) + "\n```")
