@@ -384,23 +384,23 @@ def report(results: list[dict], args, rep: Report) -> None:
 
 def main() -> None:
     parser = base_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, help="definitions due at once (default 100,000; --quick 10,000)")
+    parser.add_argument("--n", type=int, help="definitions due at once (default 100,000; --quick 5,000)")
     parser.add_argument(
         "--variants",
         help="comma list, one spike each: SCHEDULERS[xTENANTS][wWORKER_PROCESSES][@LOOKAHEAD_SECONDS] "
         f"(default {SCALING},1x100@30; --quick {SCALING})",
     )
-    parser.add_argument("--lead", type=float, help="seconds from the load to T (default 20; --quick 12)")
+    parser.add_argument("--lead", type=float, help="seconds from the load to T (default 20; --quick 10)")
     parser.add_argument(
         "--deadline",
-        help="seconds after T to give up, one per variant or one for all (default 180; --quick 60)",
+        help="seconds after T to give up, one per variant or one for all (default 180; --quick 30)",
     )
     parser.add_argument("--runs", type=int, default=1, help="repeat each variant (default 1)")
     args = parser.parse_args()
-    n = args.n or (10_000 if args.quick else 100_000)
-    lead = args.lead or (12.0 if args.quick else 20.0)
+    n = args.n or (5_000 if args.quick else 100_000)
+    lead = args.lead or (10.0 if args.quick else 20.0)
     variants = (args.variants or (SCALING if args.quick else f"{SCALING},1x100@30")).split(",")
-    deadlines = [float(s) for s in (args.deadline or ("60" if args.quick else "180")).split(",")]
+    deadlines = [float(s) for s in (args.deadline or ("30" if args.quick else "180")).split(",")]
     deadlines = (deadlines + deadlines[-1:] * len(variants))[: len(variants)]
     if not args.no_setup:
         ensure_database()
