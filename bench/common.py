@@ -616,6 +616,38 @@ class SampledCpu:
         return sum(v - self._base.get(pid, 0.0) for pid, v in self._last.items())
 
 
+class BackendCpu:
+    """CPU seconds of the PostgreSQL backends serving the bench database only (not the other
+    databases of a shared server, nor the server's background processes): the backends' pids
+    come from pg_stat_activity, and each one's last reading is kept, so a backend that exits
+    between two samples still counts up to its last sample. Call sample() often (every poll)."""
+
+    def __init__(self, conn):
+        self.conn = conn  # an autocommit psycopg connection to the bench database (excluded)
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+
+    def sample(self) -> None:
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        for (pid,) in rows:
+            self.first.setdefault(pid, 0.0)  # born after start(): all its CPU is in the window
+            self.last[pid] = max(self.last.get(pid, 0.0), cpu_seconds([pid]))  # 0 once it has exited
+
+    def start(self) -> None:
+        self.first, self.last = {}, {}
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        for (pid,) in rows:
+            self.first[pid] = self.last[pid] = cpu_seconds([pid])
+
+    def used(self) -> float:
+        """Seconds since start(); a backend that appeared later counts from 0 (its whole life)."""
+        return sum(self.last[pid] - self.first.get(pid, 0.0) for pid in self.last)
+
+
 # --- stats and output -----------------------------------------------------------------------
 
 

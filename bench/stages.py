@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as `pyt
 
 from bench.common import (
     ROOT,
+    BackendCpu,
     ReceiverProcess,
     Report,
     base_parser,
@@ -134,24 +135,30 @@ def measure_batches(step, batches: int, profiled: int = 2, before=None):
 
     rows = []
     profile = cProfile.Profile()
-    for index in range(batches):
-        timer = SqlTimer()
-        extra: dict[str, float] = {}
-        use_profiler = index < profiled
-        if before is not None:
-            before()  # untimed
-        t0 = time.perf_counter()
-        with connection.execute_wrapper(timer):
-            if use_profiler:
-                profile.enable()
-            processed = step(extra)
-            if use_profiler:
-                profile.disable()
-        total = time.perf_counter() - t0
-        if not processed:
-            break
-        if not use_profiler:
-            rows.append((processed, total, dict(timer.seconds), dict(timer.count), extra))
+    with pg_connect() as meter_conn:
+        backends = BackendCpu(meter_conn)
+        for index in range(batches):
+            timer = SqlTimer()
+            extra: dict[str, float] = {}
+            use_profiler = index < profiled
+            if before is not None:
+                before()  # untimed
+            backends.start()
+            cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            with connection.execute_wrapper(timer):
+                if use_profiler:
+                    profile.enable()
+                processed = step(extra)
+                if use_profiler:
+                    profile.disable()
+            total = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
+            backends.sample()
+            if not processed:
+                break
+            if not use_profiler:
+                rows.append((processed, total, dict(timer.seconds), dict(timer.count), extra, (cpu, backends.used())))
     return rows, profile
 
 
@@ -185,6 +192,15 @@ def summarize(rows, rep: Report, what: str, per_unit: str = "") -> None:
             f"{fmt(per / total, '/s', 0)} for one process:\n"
         )
     rep.add(table(["part", "time per batch", "share", "statements"], lines))
+    units = sum(r[0] for r in rows)
+    own = sum(r[5][0] for r in rows)
+    database = sum(r[5][1] for r in rows)
+    rep.add(
+        f"\nCPU over these {len(rows)} batches ({units:,} {'units' if per_unit else 'rows'}): this process "
+        f"{fmt(own * 1000, ' ms', 0)}, PostgreSQL backends of the bench database {fmt(database * 1000, ' ms', 0)}; "
+        f"per 1,000: process {fmt(own * 1e6 / units, ' ms', 1)}, PostgreSQL {fmt(database * 1e6 / units, ' ms', 1)} "
+        "(/proc, 10 ms ticks: totals, not medians).\n"
+    )
 
 
 def main() -> None:
