@@ -212,7 +212,8 @@ def main() -> None:
     from django.conf import settings
     from django.db import connection
 
-    from apps.delivery import outcomes, recording, services, window
+    from apps.core import events
+    from apps.delivery import claiming, outcomes, recording, services, window
     from apps.delivery.transport import Transport
 
     chunk = args.chunk or settings.CHIME_ENQUEUE_CHUNK
@@ -241,6 +242,7 @@ def main() -> None:
             "record": "record_in_lock_order (whole)",
             "outcomes": "  of which record_outcomes",
             "copy": "  of which insert_attempts (COPY, own cursor)",
+            "events": "runs_changed: live events (Redis PUBLISH), at claim and record",
         }
         cpu0, thread0, pg0, t_all = time.process_time(), time.thread_time(), backend_cpu(), time.perf_counter()
         with ExitStack() as stack:
@@ -254,6 +256,8 @@ def main() -> None:
             stack.enter_context(staged(window, "record_in_lock_order", labels["record"], bucket))
             stack.enter_context(staged(recording, "record_outcomes", labels["outcomes"], bucket))
             stack.enter_context(staged(outcomes, "insert_attempts", labels["copy"], bucket))
+            stack.enter_context(staged(claiming, "runs_changed", labels["events"], bucket))
+            stack.enter_context(staged(events, "runs_changed", labels["events"], bucket))
             for ids in chunks:
                 bucket.clear()
                 t0 = time.perf_counter()
