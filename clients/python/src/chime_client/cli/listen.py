@@ -88,6 +88,8 @@ def serve(host: str, port: int, receiver: WebhookReceiver, secrets: _Secrets, an
                 "attempt": headers.get("chime-attempt"),
                 "run_id": headers.get("chime-run-id"),
                 "job_id": headers.get("chime-job-id"),
+                "headers": headers,  # --json: all of the request, to replay or inspect it
+                "raw_body": raw.decode("utf-8", "replace"),
             }
             try:
                 entry["body"] = json.loads(raw) if raw else None
