@@ -8,6 +8,8 @@ without the proxy header; private targets allowed, so jobs can deliver to 127.0.
 import itertools
 
 import pytest
+from django.core.management import call_command
+from django.test import modify_settings
 
 from chime_client import Client
 from tests.support.web import start_web
@@ -48,3 +50,14 @@ def api_key(tenant) -> str:
 def chime(web, api_key):
     with Client(web.url, api_key, max_retry_wait_seconds=2) as client:
         yield client
+
+
+@pytest.fixture
+def django_store(db):
+    """The chime_client.contrib.django app, installed for the test only, its migration applied
+    inside the test's transaction (rolled back with it): the Chime project itself is untouched."""
+    with modify_settings(INSTALLED_APPS={"append": "chime_client.contrib.django"}):
+        call_command("migrate", "chime_client", verbosity=0)  # the app's own migration, rolled back with the test
+        from chime_client.contrib.django.store import DjangoStore
+
+        yield DjangoStore()

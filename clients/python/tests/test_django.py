@@ -3,24 +3,13 @@
 The app (``chime_client.contrib.django``) is installed for these tests only and its migration
 applied inside the test's transaction, so the Chime project itself is untouched."""
 
-import pytest
-from django.core.management import call_command
 from django.http import HttpResponse, JsonResponse
-from django.test import RequestFactory, modify_settings
+from django.test import RequestFactory
 
 from chime_client.contrib.django.views import webhook_view
 from chime_client.dedupe import BUSY, CLAIMED, DONE
 
 from .signing import delivery, secret, tampered_signature
-
-
-@pytest.fixture
-def django_store(db):
-    with modify_settings(INSTALLED_APPS={"append": "chime_client.contrib.django"}):
-        call_command("migrate", "chime_client", verbosity=0)  # the app's own migration, rolled back with the test
-        from chime_client.contrib.django.store import DjangoStore
-
-        yield DjangoStore()
 
 
 def post(view, body, headers):
