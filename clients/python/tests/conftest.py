@@ -1,6 +1,6 @@
 """A live Chime for the SDK and CLI tests: the web process (uvicorn, production settings) on the
-test database, one per module; each test commits its own tenant (transactional tests), which the
-process reads, and which is flushed after the test.
+test database, one for all the client tests (package-scoped); each test commits its own tenant
+(transactional tests), which the process reads, and which is flushed after the test.
 
 Plain HTTP (SECURE_SSL_REDIRECT=false) so the SDK and the CLI are used exactly as a user would,
 without the proxy header; private targets allowed, so jobs can deliver to 127.0.0.1."""
@@ -18,7 +18,7 @@ LIVE_ENV = {"SECURE_SSL_REDIRECT": "false", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "t
 _slugs = itertools.count()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def web(django_db_setup):
     from django.conf import settings
 
