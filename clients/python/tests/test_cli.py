@@ -118,3 +118,29 @@ def test_a_profile_file_and_no_config(cli, web, api_key, monkeypatch, tmp_path):
     assert cli.json("--profile", "local", "secret", "show")["secret"].startswith("whsec_")
     assert "no profile [nope]" in cli("--profile", "nope", "keys", "list", code=1)
     assert "no API key" in cli("keys", "list", code=1)  # the default profile has no key
+
+
+def test_listen_follows_a_secret_rotation(web, api_key):
+    """`chimectl listen` verifies with the API's secret; after `secret rotate`, a delivery signed
+    with the new secret only (as Chime signs once the old one has expired) still verifies."""
+    from datetime import UTC, datetime
+
+    import httpx
+
+    from apps.delivery.signing import webhook_headers
+    from chime_client import Client
+
+    from .test_acceptance import Listener
+
+    listener = Listener(web.url, api_key)
+    try:
+        with Client(web.url, api_key) as chime:
+            new = chime.signing_secret.rotate()["secret"]
+        body = b'{"hello": "rotated"}'
+        headers = webhook_headers(secrets=[new], msg_id="run-r", timestamp=datetime.now(UTC), payload=body)
+        assert httpx.post(f"{listener.url}/", content=body, headers=headers).status_code == 200
+        entry = listener.next()
+        assert (entry["outcome"], entry["webhook_id"], entry["body"]) == ("delivered", "run-r", {"hello": "rotated"})
+        assert httpx.post(f"{listener.url}/", content=body, headers={**headers, "webhook-id": "x"}).status_code == 401
+    finally:
+        listener.stop()

@@ -1,5 +1,6 @@
 """verify() and the dedupe stores, on deliveries signed by Chime's own signing code."""
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -131,3 +132,20 @@ def test_the_receiver_gate_runs_a_run_once():
     receiver.finish(again, ok=True)
     assert receiver.gate(body, headers).status == 200
     assert receiver.gate(body, tampered_signature(headers)).status == 401
+
+
+def test_concurrent_duplicates_claim_once(store):
+    """Twenty deliveries of one run at the same moment: one handler runs, the others are told busy."""
+    start = threading.Barrier(20)
+    answers = []
+
+    def deliver():
+        start.wait()
+        answers.append(store.claim("same-run", 30))
+
+    threads = [threading.Thread(target=deliver) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answers) == [BUSY] * 19 + [CLAIMED]

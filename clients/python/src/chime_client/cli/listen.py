@@ -36,20 +36,23 @@ class _Secrets:
         self.given = given
         self.client_factory = client_factory
         self.current: list[str] = list(given)
-        self.fetched_at = 0.0
         self.lock = threading.Lock()
         if not given:
-            self.refresh(force=True)
+            self.current = [self.client_factory().signing_secret.get()["secret"]]
+        self.refetched_at = float("-inf")  # the first mismatch refetches at once
 
-    def refresh(self, force: bool = False) -> bool:
+    def refresh(self) -> bool:
+        """After a mismatch: fetch the secret again (at most every REFRESH_SECONDS, so forged
+        requests cannot flood the API); True if it changed."""
         if self.given:
             return False
         with self.lock:
-            if not force and time.monotonic() - self.fetched_at < REFRESH_SECONDS:
+            if time.monotonic() - self.refetched_at < REFRESH_SECONDS:
                 return False
-            self.current = [self.client_factory().signing_secret.get()["secret"]]
-            self.fetched_at = time.monotonic()
-            return True
+            self.refetched_at = time.monotonic()
+            fetched = [self.client_factory().signing_secret.get()["secret"]]
+            changed, self.current = fetched != self.current, fetched
+            return changed
 
     def __call__(self) -> list[str]:
         return self.current
