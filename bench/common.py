@@ -395,6 +395,10 @@ def start_worker(name: str = "worker", concurrency: int = 2, **env: str) -> Proc
         "-n",
         f"{name}@%h",
     ]
+    # `python -m celery` is not recognised as a worker by config/process.py (argv[0] is celery's
+    # __main__.py): say so, as the Procfile's `celery` does, so it gets the worker's pool size
+    # and its backends the application_name `chime-worker` the bench's CPU meter looks for.
+    env = {"CHIME_PROCESS_TYPE": "worker", **env}
     process = Process(name, args, bench_env(**env))
     wait_for(lambda: len(process.group_pids()) >= concurrency + 1 and _worker_ready(process), 60, "worker ready")
     return process
@@ -423,13 +427,24 @@ def free_port() -> int:
 class ReceiverProcess(Process):
     """bench/receiver.py in its own process; records arrival time and headers of each request."""
 
-    def __init__(self, name: str = "receiver"):
+    def __init__(self, name: str = "receiver", hosts: int = 1):
         self.port = free_port()
+        self.hosts = hosts  # listens on 127.0.0.1 .. 127.0.0.<hosts>
         self.dump_path = LOGS / f"{name}-deliveries.jsonl"
         self.dump_path.unlink(missing_ok=True)
         super().__init__(
             name,
-            [PYTHON, "-m", "bench.receiver", "--port", str(self.port), "--dump", str(self.dump_path)],
+            [
+                PYTHON,
+                "-m",
+                "bench.receiver",
+                "--port",
+                str(self.port),
+                "--dump",
+                str(self.dump_path),
+                "--hosts",
+                str(hosts),
+            ],
             bench_env(),
         )
         wait_for(self._up, 30, "receiver up")
@@ -490,6 +505,46 @@ def pids_named(prefix: str) -> list[int]:
     return pids
 
 
+def pids_of_database(dbname: str = BENCH_DB) -> list[int]:
+    """PostgreSQL backends serving one database (their title is `postgres: ... USER DB HOST ...`).
+
+    On a machine shared with other databases (other worktrees' tests), `pids_named("postgres")`
+    counts their backends too; this counts only the bench's own. A backend that exits before the
+    meter stops is missed (the worker and scheduler keep theirs in a pool), and the shared
+    walwriter/checkpointer are not included: the all-backends figure is the upper bound."""
+    pids = []
+    needle = f" {dbname} "
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if needle in title and (entry / "comm").read_text().startswith("postgres"):
+                    pids.append(int(entry.name))
+    return pids
+
+
+def backends_of(application_prefix: str, dbname: str = BENCH_DB):
+    """A pids function for SampledCpu: the backends of one database whose application_name starts
+    with the prefix (`chime-worker`, `chime-scheduler`: config/settings/base.py sets it per process
+    type), asked from pg_stat_activity over a connection to another database (not counted)."""
+    state = {}
+
+    def pids() -> list[int]:
+        if "conn" not in state:
+            state["conn"] = pg_connect(PG_ADMIN_DSN)
+        rows = (
+            state["conn"]
+            .execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name LIKE %s",
+                [dbname, application_prefix + "%"],
+            )
+            .fetchall()
+        )
+        return [row[0] for row in rows]
+
+    return pids
+
+
 def proc_status_kb(pid: int, field: str = "VmRSS") -> int | None:
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -508,13 +563,89 @@ class CpuMeter:
         self.wall = 0.0
 
     def start(self) -> None:
-        self.before = {name: cpu_seconds(get()) for name, get in self.groups.items()}
+        for get in self.groups.values():
+            if isinstance(get, SampledCpu):
+                get.start()
+        self.before = {name: cpu_seconds(get()) for name, get in self.groups.items() if not isinstance(get, SampledCpu)}
         self._t0 = time.monotonic()
 
     def stop(self) -> dict[str, float]:
         self.wall = time.monotonic() - self._t0
-        self.used = {name: cpu_seconds(get()) - self.before[name] for name, get in self.groups.items()}
+        self.used = {
+            name: get.stop() if isinstance(get, SampledCpu) else cpu_seconds(get()) - self.before[name]
+            for name, get in self.groups.items()
+        }
         return self.used
+
+
+class SampledCpu:
+    """CPU seconds of a changing set of processes whose parent is not ours (PostgreSQL backends of
+    one database): polled every `interval` seconds in a thread, each pid's last reading kept, so a
+    backend that exits mid-measurement is counted up to its last sample (at most `interval` lost)."""
+
+    def __init__(self, pids: callable, interval: float = 0.25):
+        self.pids, self.interval = pids, interval
+        self._base: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = None
+
+    def _sample(self, first: bool = False) -> None:
+        for pid in self.pids():
+            value = cpu_seconds([pid])
+            if first:
+                self._base[pid] = value
+            self._last[pid] = value
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> None:
+        import threading
+
+        self._base, self._last = {}, {}
+        self._sample(first=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return sum(v - self._base.get(pid, 0.0) for pid, v in self._last.items())
+
+
+class BackendCpu:
+    """CPU seconds of the PostgreSQL backends serving the bench database only (not the other
+    databases of a shared server, nor the server's background processes): the backends' pids
+    come from pg_stat_activity, and each one's last reading is kept, so a backend that exits
+    between two samples still counts up to its last sample. Call sample() often (every poll)."""
+
+    def __init__(self, conn):
+        self.conn = conn  # an autocommit psycopg connection to the bench database (excluded)
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+
+    def sample(self) -> None:
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        for (pid,) in rows:
+            self.first.setdefault(pid, 0.0)  # born after start(): all its CPU is in the window
+            self.last[pid] = max(self.last.get(pid, 0.0), cpu_seconds([pid]))  # 0 once it has exited
+
+    def start(self) -> None:
+        self.first, self.last = {}, {}
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        for (pid,) in rows:
+            self.first[pid] = self.last[pid] = cpu_seconds([pid])
+
+    def used(self) -> float:
+        """Seconds since start(); a backend that appeared later counts from 0 (its whole life)."""
+        return sum(self.last[pid] - self.first.get(pid, 0.0) for pid in self.last)
 
 
 # --- stats and output -----------------------------------------------------------------------

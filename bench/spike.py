@@ -2,14 +2,14 @@
 
 Loads N active `once` definitions (run_at = next_fire_at = T, T ~20 s after the load so every
 process is warm) with COPY, then runs the real processes against chime_bench: `run_scheduler`
-(--variants: "2x100" = 2 schedulers (shards) and the N jobs spread over 100 tenants; "1x100@30" = 1
-scheduler with CHIME_SCHEDULER_LOOKAHEAD_SECONDS=30), one Celery worker (prefork, --concurrency 2)
-and the
-aiohttp receiver. Measures from T: all runs materialized (JobRun count == N), all enqueued (none
+(--variants: "2x100" = 2 schedulers (shards) and the N jobs spread over 100 tenants; "1x100w4" =
+1 scheduler and a worker with 4 processes; "1x100@30" = 1 scheduler with
+CHIME_SCHEDULER_LOOKAHEAD_SECONDS=30), one Celery worker (prefork, --concurrency 2 unless `wN`)
+and the aiohttp receiver. Measures from T: all runs materialized (JobRun count == N), all enqueued (none
 left `scheduled`), all delivered (receiver got N) and all recorded (N runs `succeeded`); fire lag =
 arrival at the receiver - Chime-Scheduled-For. Stops at --deadline and reports what was reached.
 
-    .venv/bin/python -m bench.spike --n 100000 --variants 1x100,2x100,1x100@30,1x1
+    .venv/bin/python -m bench.spike --n 100000 --variants 1x100w1,1x100w2,1x100w4,2x100w2,1x100@30,1x1
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as `python bench/x.py` too
 
 from bench.common import (
+    BackendCpu,
     CpuMeter,
     ReceiverProcess,
     Report,
+    SampledCpu,
+    backends_of,
     base_parser,
     bench_tenants,
     ensure_database,
@@ -37,6 +40,7 @@ from bench.common import (
     percentiles,
     pg_connect,
     pids_named,
+    pids_of_database,
     proc_status_kb,
     processes,
     reset_state,
@@ -88,30 +92,43 @@ def stage_lags(conn) -> dict[str, dict]:
     return out
 
 
-VARIANT = re.compile(r"^(\d+)(?:x(\d+))?(?:@(\d+(?:\.\d+)?))?$")
+VARIANT = re.compile(r"^(\d+)(?:x(\d+))?(?:w(\d+))?(?:@(\d+(?:\.\d+)?))?$")
+DEFAULT_WORKER_PROCESSES = 2
+# The scaling rows: 1, 2 and 4 worker processes with 1 scheduler and with 2 (issue #12).
+SCALING = "1x100w1,1x100w2,1x100w4,2x100w1,2x100w2,2x100w4"
 
 
-def parse_variant(text: str) -> tuple[int, int, float | None]:
-    """'2x100@30' -> (2 schedulers, 100 tenants, lookahead 30 s)."""
+def parse_variant(text: str) -> tuple[int, int, int, float | None]:
+    """'2x100w4@30' -> (2 schedulers, 100 tenants, 4 worker processes, lookahead 30 s)."""
     match = VARIANT.match(text.strip())
     if not match:
-        raise SystemExit(f"bad variant {text!r}: use SCHEDULERS[xTENANTS][@LOOKAHEAD], e.g. 2x100@30")
-    schedulers, tenants, lookahead = match.groups()
-    return int(schedulers), int(tenants or 1), float(lookahead) if lookahead else None
+        raise SystemExit(f"bad variant {text!r}: use SCHEDULERS[xTENANTS][wWORKER_PROCESSES][@LOOKAHEAD], e.g. 2x100w4")
+    schedulers, tenants, workers, lookahead = match.groups()
+    workers = int(workers) if workers else DEFAULT_WORKER_PROCESSES
+    return int(schedulers), int(tenants or 1), workers, float(lookahead) if lookahead else None
 
 
-def run_once(*, n: int, schedulers: int, tenants: list, lookahead: float | None, lead: float, deadline: float) -> dict:
+def run_once(
+    *,
+    n: int,
+    schedulers: int,
+    tenants: list,
+    lookahead: float | None,
+    lead: float,
+    deadline: float,
+    workers: int = DEFAULT_WORKER_PROCESSES,
+) -> dict:
     ensure_database()  # cheap when up to date; the app's migrations may have moved since the last run
     reset_state()
-    label = f"{schedulers} sched., {len(tenants)} tenant{'s' if len(tenants) > 1 else ''}"
+    label = f"{schedulers} sched., {workers} worker proc., {len(tenants)} tenant{'s' if len(tenants) > 1 else ''}"
     label += f", lookahead {lookahead:g} s" if lookahead is not None else ""
-    result: dict = {"n": n, "schedulers": label}
+    result: dict = {"n": n, "schedulers": label, "scheduler_count": schedulers, "worker_processes": workers}
     env = {"CHIME_SCHEDULER_LOOKAHEAD_SECONDS": str(lookahead)} if lookahead is not None else {}
     if lookahead is not None:
         lead = max(lead, lookahead + 5)  # the whole lookahead window comes after the load
     with processes():
         receiver = ReceiverProcess()
-        worker = start_worker(concurrency=2)
+        worker = start_worker(concurrency=workers)
         shards = [
             start_scheduler(f"spike-scheduler-{i}", "--shard", str(i), "--shards", str(schedulers), **env)
             for i in range(schedulers)
@@ -134,6 +151,9 @@ def run_once(*, n: int, schedulers: int, tenants: list, lookahead: float | None,
                 "celery worker (all processes)": worker.group_pids,
                 "receiver": lambda: [receiver.pid],
                 "postgres (all backends)": lambda: pids_named("postgres"),
+                "postgres (bench db backends)": SampledCpu(pids_of_database),
+                "of which the worker's": SampledCpu(backends_of("chime-worker")),
+                "of which the scheduler's": SampledCpu(backends_of("chime-scheduler")),
                 "redis-server": lambda: pids_named("redis-server"),
             }
         )
@@ -141,9 +161,12 @@ def run_once(*, n: int, schedulers: int, tenants: list, lookahead: float | None,
         meter.start()
         reached: dict[str, float] = {}
         last = (0, 0, 0, 0, 0)
-        with pg_connect() as conn:
+        with pg_connect() as conn, pg_connect() as meter_conn:
+            backends = BackendCpu(meter_conn)
+            backends.start()
             while time.time() < t_fire + deadline:
                 time.sleep(0.5)
+                backends.sample()
                 runs, scheduled, succeeded, failing = db_counts(conn)
                 delivered = receiver.count()
                 now = time.time() - t_fire
@@ -157,6 +180,8 @@ def run_once(*, n: int, schedulers: int, tenants: list, lookahead: float | None,
                 if succeeded >= n:
                     reached.setdefault("succeeded", now)
                     break
+            backends.sample()
+            result["cpu_bench_db"] = backends.used()
         used = meter.stop()
         result["cpu"] = used
         result["cpu_wall"] = meter.wall
@@ -224,6 +249,27 @@ def _rate(n: int, seconds: float | None) -> str:
     return fmt(n / seconds, "/s", 0) if seconds else "—"
 
 
+def _per_run_ms(seconds: float | None, runs: int) -> str:
+    return fmt(1000 * seconds / runs, "", 3) if seconds is not None and runs else "—"
+
+
+def _scaling_row(r: dict) -> list[str]:
+    delivered = min(r["unique_ids"], r["n"])
+    return [
+        f"{r['n']:,}",
+        str(r["scheduler_count"]),
+        str(r["worker_processes"]),
+        _rate(r["n"], r.get("t_delivered")),
+        fmt(r.get("t_delivered"), " s") if r.get("t_delivered") else f"{delivered:,} by the deadline",
+        fmt(r["lag"]["p50"], " s"),
+        fmt(r["lag"]["p99"], " s"),
+        _per_run_ms(r.get("cpu_bench_db"), delivered),
+        _per_run_ms(r["cpu"].get("postgres (all backends)"), delivered),
+        _per_run_ms(r["cpu"].get("celery worker (all processes)"), delivered),
+        _per_run_ms(r["cpu"].get("scheduler(s)"), delivered),
+    ]
+
+
 def report(results: list[dict], args, rep: Report) -> None:
     rows = []
     for r in results:
@@ -243,7 +289,8 @@ def report(results: list[dict], args, rep: Report) -> None:
             ]
         )
     rep.add(
-        "N once-jobs due at the same second T; 1 Celery worker (prefork, concurrency 2); times are seconds "
+        "N once-jobs due at the same second T; 1 Celery worker (prefork, concurrency 2 unless the variant says); "
+        "times are seconds "
         "after T (scheduler log tick ends / receiver arrival / DB poll every 0.5 s); each run stops at its deadline. "
         "Targets: materialized+enqueued within 10 s, delivered within 30 s.\n"
     )
@@ -262,6 +309,29 @@ def report(results: list[dict], args, rep: Report) -> None:
                 "received",
             ],
             rows,
+        )
+    )
+    rep.add(
+        "\nScaling: runs/s = N / all delivered; CPU per delivered run in ms, from /proc between T and the "
+        "end: PostgreSQL = the backends of the bench database only (pg_stat_activity; the server's other "
+        "databases and background writers not counted), all postgres = every process named postgres:\n"
+    )
+    rep.add(
+        table(
+            [
+                "N",
+                "schedulers",
+                "worker processes",
+                "runs/s",
+                "all delivered",
+                "fire lag p50",
+                "p99",
+                "PostgreSQL ms/run",
+                "all postgres ms/run",
+                "worker ms/run",
+                "scheduler ms/run",
+            ],
+            [_scaling_row(r) for r in results],
         )
     )
     rep.add("\nFire lag at the receiver (arrival - Chime-Scheduled-For), seconds:\n")
@@ -292,6 +362,17 @@ def report(results: list[dict], args, rep: Report) -> None:
             + [fmt(r["cpu_wall"], " s", 1)]
         )
     rep.add(table(["N", "variant", *names, "wall"], cpu_rows))
+    rep.add("\nCPU milliseconds per run received (unique webhook-id), from the same meter:\n")
+    rep.add(
+        table(
+            ["N", "variant", *names],
+            [
+                [f"{r['n']:,}", r["schedulers"]]
+                + [fmt(1000 * r["cpu"][name] / r["unique_ids"], " ms", 3) if r["unique_ids"] else "—" for name in names]
+                for r in results
+            ],
+        )
+    )
     rep.add("\nScheduler process memory (VmRSS before T / after the spike / VmHWM peak), per scheduler:\n")
     rep.add(
         table(
@@ -320,33 +401,40 @@ def report(results: list[dict], args, rep: Report) -> None:
 
 def main() -> None:
     parser = base_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, help="definitions due at once (default 100,000; --quick 20,000)")
+    parser.add_argument("--n", type=int, help="definitions due at once (default 100,000; --quick 5,000)")
     parser.add_argument(
         "--variants",
-        help="comma list, one spike each: SCHEDULERS[xTENANTS][@LOOKAHEAD_SECONDS] "
-        "(default 1x100,2x100,1x100@30; --quick 1x1,1x100)",
+        help="comma list, one spike each: SCHEDULERS[xTENANTS][wWORKER_PROCESSES][@LOOKAHEAD_SECONDS] "
+        f"(default {SCALING},1x100@30; --quick {SCALING})",
     )
-    parser.add_argument("--lead", type=float, default=20.0, help="seconds from the load to T (default 20)")
+    parser.add_argument("--lead", type=float, help="seconds from the load to T (default 20; --quick 10)")
     parser.add_argument(
         "--deadline",
-        help="seconds after T to give up, one per variant or one for all (default 150,60,45; --quick 60)",
+        help="seconds after T to give up, one per variant or one for all (default 180; --quick 30)",
     )
     parser.add_argument("--runs", type=int, default=1, help="repeat each variant (default 1)")
     args = parser.parse_args()
-    n = args.n or (20_000 if args.quick else 100_000)
-    variants = (args.variants or ("1x1,1x100" if args.quick else "1x100,2x100,1x100@30")).split(",")
-    deadlines = [float(s) for s in (args.deadline or ("60" if args.quick else "150,60,45")).split(",")]
+    n = args.n or (5_000 if args.quick else 100_000)
+    lead = args.lead or (10.0 if args.quick else 20.0)
+    variants = (args.variants or (SCALING if args.quick else f"{SCALING},1x100@30")).split(",")
+    deadlines = [float(s) for s in (args.deadline or ("30" if args.quick else "180")).split(",")]
     deadlines = (deadlines + deadlines[-1:] * len(variants))[: len(variants)]
     if not args.no_setup:
         ensure_database()
     results = []
     for variant, deadline in zip(variants, deadlines, strict=True):
-        schedulers, tenant_count, lookahead = parse_variant(variant)
+        schedulers, tenant_count, workers, lookahead = parse_variant(variant)
         tenants = bench_tenants(tenant_count)
         for run in range(args.runs):
             log(f"spike: N={n:,}, variant {variant}, run {run + 1}/{args.runs}, deadline {deadline:g} s")
             result = run_once(
-                n=n, schedulers=schedulers, tenants=tenants, lookahead=lookahead, lead=args.lead, deadline=deadline
+                n=n,
+                schedulers=schedulers,
+                tenants=tenants,
+                lookahead=lookahead,
+                lead=lead,
+                deadline=deadline,
+                workers=workers,
             )
             result["deadline"] = deadline
             log(

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as `pyt
 
 from bench.common import (
     ROOT,
+    BackendCpu,
     ReceiverProcess,
     Report,
     base_parser,
@@ -134,24 +135,30 @@ def measure_batches(step, batches: int, profiled: int = 2, before=None):
 
     rows = []
     profile = cProfile.Profile()
-    for index in range(batches):
-        timer = SqlTimer()
-        extra: dict[str, float] = {}
-        use_profiler = index < profiled
-        if before is not None:
-            before()  # untimed
-        t0 = time.perf_counter()
-        with connection.execute_wrapper(timer):
-            if use_profiler:
-                profile.enable()
-            processed = step(extra)
-            if use_profiler:
-                profile.disable()
-        total = time.perf_counter() - t0
-        if not processed:
-            break
-        if not use_profiler:
-            rows.append((processed, total, dict(timer.seconds), dict(timer.count), extra))
+    with pg_connect() as meter_conn:
+        backends = BackendCpu(meter_conn)
+        for index in range(batches):
+            timer = SqlTimer()
+            extra: dict[str, float] = {}
+            use_profiler = index < profiled
+            if before is not None:
+                before()  # untimed
+            backends.start()
+            cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            with connection.execute_wrapper(timer):
+                if use_profiler:
+                    profile.enable()
+                processed = step(extra)
+                if use_profiler:
+                    profile.disable()
+            total = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
+            backends.sample()
+            if not processed:
+                break
+            if not use_profiler:
+                rows.append((processed, total, dict(timer.seconds), dict(timer.count), extra, (cpu, backends.used())))
     return rows, profile
 
 
@@ -185,6 +192,15 @@ def summarize(rows, rep: Report, what: str, per_unit: str = "") -> None:
             f"{fmt(per / total, '/s', 0)} for one process:\n"
         )
     rep.add(table(["part", "time per batch", "share", "statements"], lines))
+    units = sum(r[0] for r in rows)
+    own = sum(r[5][0] for r in rows)
+    database = sum(r[5][1] for r in rows)
+    rep.add(
+        f"\nCPU over these {len(rows)} batches ({units:,} {'units' if per_unit else 'rows'}): this process "
+        f"{fmt(own * 1000, ' ms', 0)}, PostgreSQL backends of the bench database {fmt(database * 1000, ' ms', 0)}; "
+        f"per 1,000: process {fmt(own * 1e6 / units, ' ms', 1)}, PostgreSQL {fmt(database * 1e6 / units, ' ms', 1)} "
+        "(/proc, 10 ms ticks: totals, not medians).\n"
+    )
 
 
 def main() -> None:
@@ -278,14 +294,22 @@ def main() -> None:
         chunks = [run_ids[i : i + chunk] for i in range(0, len(run_ids), chunk)]
         position = iter(chunks)
 
+        from apps.delivery import window
+        from apps.delivery.transport import Transport
+
         def deliver(extra):
+            # The delivery window's path (apps/delivery/window.py): admit -> _peek -> claim_runs ->
+            # build_request -> Transport.submit_many -> record_in_lock_order -> record_outcomes.
+            # bench/delivery_stages.py breaks it down further (SQL per stage, CPU per run).
             ids = next(position, None)
             if not ids:
                 return 0
-            transport = delivery_services.get_transport(allow_private_networks=True)
             with (
-                timed_attr(transport, "send_many", extra, "HTTP send_many (50 concurrent POSTs)"),
-                timed_attr(delivery_services, "build_request", extra, "build + sign requests"),
+                timed_attr(window.Window, "_peek", extra, "Window._peek: read the runs (SQL included)"),
+                timed_attr(window, "claim_runs", extra, "claim_runs (SQL included)"),
+                timed_attr(window, "build_request", extra, "build + sign requests"),
+                timed_attr(Transport, "submit_many", extra, "Transport.submit_many (hand to the loop)"),
+                timed_attr(window, "record_in_lock_order", extra, "record_in_lock_order (SQL included)"),
                 # COPY on its own cursor: not seen by the SQL timer, so time the call.
                 timed_attr(outcomes, "insert_attempts", extra, "insert_attempts (COPY, own cursor)"),
             ):
@@ -310,7 +334,7 @@ def main() -> None:
         f"release_due_runs (batch {batch}, {chunk} run ids per message, {args.tenants} tenants; backpressure lifted)",
     )
     summarize(i_rows, rep, "scheduler_tick with nothing due (holding all 64 partitions)", per_unit="ticks")
-    summarize(d_rows, rep, f"deliver_runs (one Celery task, {chunk} runs)")
+    summarize(d_rows, rep, f"deliver_runs through the delivery window (one message, {chunk} runs)")
     for title, prof in (("materialize", m_prof), ("release", r_prof), ("idle tick", i_prof), ("deliver", d_prof)):
         rep.add(f"\nProfile of {title} (cProfile, by cumulative time: ncalls tottime percall cumtime percall):\n")
         rep.add("```\n" + top_functions(prof) + "\n```")

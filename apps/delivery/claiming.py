@@ -23,22 +23,26 @@ def lease_expiry():
     return Now() + timedelta(seconds=settings.CHIME_RUN_LEASE_SECONDS)
 
 
-def claim_runs(run_ids: list[str], *, owner: str, now: datetime) -> list[JobRun]:
+def claim_runs(run_ids: list[str], *, owner: str, now: datetime, guarded_jobs: list | None = None) -> list[JobRun]:
     """Take the runs that are still `queued`; the rest were claimed, cancelled or finished elsewhere.
 
     Jobs whose concurrency policy is not `allow` are claimed under a lock on the job row, so two
     workers cannot both decide that nothing else of that job is running. That lock is taken
     before the runs' (docs/architecture.md#lock-order: job row, then its runs), the order in which
     pause, update and delete take them; the other way round, claim and delete deadlocked.
+
+    `guarded_jobs`: those jobs of the runs, if the caller read them already (the window's
+    admission reads each run's job anyway), which saves a statement per claim. A job that became
+    guarded since is still found below and taken only if free (`late`), as for a first read here.
     """
     with transaction.atomic():
-        guarded_jobs = sorted(
-            set(
+        if guarded_jobs is None:
+            guarded_jobs = (
                 JobRun.objects.filter(id__in=run_ids, status=RunStatus.QUEUED)
                 .exclude(definition__concurrency_policy=ConcurrencyPolicy.ALLOW)
                 .values_list("definition_id", flat=True)
             )
-        )
+        guarded_jobs = sorted(set(guarded_jobs))
         locked_jobs = set()
         if guarded_jobs:
             locked_jobs = set(

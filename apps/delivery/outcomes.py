@@ -16,7 +16,7 @@ from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
 from apps.jobs.secrets import redact_headers
-from apps.jobs.transitions import Event, move
+from apps.jobs.transitions import Event, move, succeed_mine
 from apps.tenants.models import Membership, Role
 
 from .sanitize import ERROR_CHARS, RESPONSE_EXCERPT_CHARS, STATUS_REASON_CHARS, clean_headers, clean_integer, clean_text
@@ -142,7 +142,7 @@ def insert_attempts(attempts: list[RunAttempt]) -> None:
                 )
 
 
-def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> dict[str, int]:
+def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime, lock_jobs=None) -> dict[str, int]:
     """Record (run, request, response) triples in a few statements; returns counts per outcome.
 
     Only runs still `running` under this worker's lease are updated: a run cancelled, replaced or
@@ -153,10 +153,14 @@ def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> di
     a transaction of its own, and a run that fails alone is recorded once more with a stripped
     attempt (no excerpt, no headers, Chime's own error text), so it still ends with an attempt
     instead of being left `running` for the sweep to deliver again.
+
+    `lock_jobs(deliveries)`, if given, runs first in each of those transactions (the lock order:
+    apps/delivery/recording.py) and returns the ids of the jobs whose failure counter is not zero,
+    or None; each transaction is then a transaction of its own, not a savepoint in the caller's.
     """
     try:
         with transaction.atomic():
-            return _record(deliveries, owner=owner, now=now)
+            return _record(deliveries, owner=owner, now=now, failing_jobs=_locked(lock_jobs, deliveries))
     except TRANSIENT:
         raise
     except Exception:
@@ -167,34 +171,58 @@ def record_outcomes(deliveries: list[tuple], *, owner: str, now: datetime) -> di
     for delivery in deliveries:
         try:
             with transaction.atomic():
-                outcome = _record([delivery], owner=owner, now=now)
+                outcome = _record([delivery], owner=owner, now=now, failing_jobs=_locked(lock_jobs, [delivery]))
         except TRANSIENT:
             raise
         except Exception:
-            outcome = _record_stripped(delivery, owner=owner, now=now)
+            outcome = _record_stripped(delivery, owner=owner, now=now, lock_jobs=lock_jobs)
         for name, n in outcome.items():
             counts[name] += n
     return dict(counts)
 
 
-def _record_stripped(delivery: tuple, *, owner: str, now: datetime) -> dict[str, int]:
+def _locked(lock_jobs, deliveries: list[tuple]):
+    return lock_jobs(deliveries) if lock_jobs is not None else None
+
+
+def _record_stripped(delivery: tuple, *, owner: str, now: datetime, lock_jobs=None) -> dict[str, int]:
     run = delivery[0]
     logger.exception("recording the outcome of run %s failed; recording a stripped attempt", run.id)
     with transaction.atomic():
-        return _record([delivery], owner=owner, now=now, stripped=True)
+        failing_jobs = _locked(lock_jobs, [delivery])
+        return _record([delivery], owner=owner, now=now, stripped=True, failing_jobs=failing_jobs)
 
 
-def _record(deliveries: list[tuple], *, owner: str, now: datetime, stripped: bool = False) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    mine = set(
+def _lock_mine(run_ids: list, owner: str) -> set:
+    """The runs still `running` under this lease, locked."""
+    if not run_ids:
+        return set()
+    return set(
         JobRun.objects.select_for_update()
-        .filter(id__in=[run.id for run, _, _ in deliveries], status=RunStatus.RUNNING, lease_owner=owner)
+        .filter(id__in=run_ids, status=RunStatus.RUNNING, lease_owner=owner)
         .values_list("id", flat=True)
     )
+
+
+def _record(
+    deliveries: list[tuple], *, owner: str, now: datetime, stripped: bool = False, failing_jobs: set | None = None
+) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    verdicts = [classify(response) for _, _, response in deliveries]
+    if connection.vendor == "postgresql":
+        # The common case in one round trip: the succeeded runs still under this lease are
+        # finished by a conditional UPDATE that locks them and says which were ours (RETURNING);
+        # only the others (failed, retrying) need reading first, to be judged.
+        ok_ids = [run.id for (run, _, _), verdict in zip(deliveries, verdicts, strict=True) if verdict.succeeded]
+        finished = succeed_mine(ok_ids, now=now, owner=owner)
+        rest = [run.id for (run, _, _), verdict in zip(deliveries, verdicts, strict=True) if not verdict.succeeded]
+        mine = finished | _lock_mine(rest, owner)
+    else:
+        finished = None
+        mine = _lock_mine([run.id for run, _, _ in deliveries], owner)
     attempts, succeeded, failed, retrying = [], [], defaultdict(list), []
     jobs_ok, jobs_failed, jobs_gone = set(), defaultdict(int), {}
-    for run, request, response in deliveries:
-        verdict = classify(response)
+    for (run, request, response), verdict in zip(deliveries, verdicts, strict=True):
         attempt = attempt_row(run, request, response, verdict, owner, stripped=stripped)
         attempts.append(attempt)
         if run.id not in mine:
@@ -215,7 +243,8 @@ def _record(deliveries: list[tuple], *, owner: str, now: datetime, stripped: boo
     # A run whose lease was lost may already have its attempt recorded by the sweep.
     RunAttempt.objects.bulk_create([a for a in attempts if a.run_id not in mine], ignore_conflicts=True)
     release = {"lease_owner": "", "lease_expires_at": None}
-    move(Event.SUCCEED, succeeded, finished_at=now, status_reason="", **release)
+    if finished is None:  # not finished above (SQLite)
+        move(Event.SUCCEED, succeeded, finished_at=now, status_reason="", **release)
     counts[RunStatus.SUCCEEDED] += len(succeeded)
     for reason, ids in failed.items():
         move(Event.DEAD_LETTER, ids, finished_at=now, status_reason=clean_text(reason, STATUS_REASON_CHARS), **release)
@@ -233,6 +262,8 @@ def _record(deliveries: list[tuple], *, owner: str, now: datetime, stripped: boo
             **release,
         )
     counts[RunStatus.RETRYING] += len(retrying)
+    if failing_jobs is not None:
+        jobs_ok &= failing_jobs  # only a counter that is not zero needs resetting
     _update_job_health(jobs_ok, jobs_failed, jobs_gone, now=now)
     runs_changed_on_commit((run.tenant_id, run.id) for run, _, _ in deliveries if run.id in mine)
     return {outcome: n for outcome, n in counts.items() if n}

@@ -3,7 +3,7 @@
 How an outcome is judged and written is apps/delivery/outcomes.py; this only takes the locks in
 the order every other writer of jobs and runs takes them, around it."""
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from .outcomes import record_outcomes
@@ -14,13 +14,23 @@ def record_in_lock_order(deliveries: list[tuple], *, owner: str) -> dict[str, in
     first (FOR KEY SHARE, by id: it waits for a pause, update or delete holding the job, and lets
     other recorders through), then the runs. Recording locks runs and then updates their jobs
     (failure counter, 410 Gone, circuit breaker); without the job lock first, that is the
-    inversion that deadlocked against a delete (job, then its runs)."""
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            job_ids = sorted({str(run.definition_id) for run, _, _ in deliveries})
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT id FROM jobs_jobdefinition WHERE id = ANY(%s::uuid[]) ORDER BY id FOR KEY SHARE",
-                    [job_ids],
-                )
-        return record_outcomes(deliveries, owner=owner, now=timezone.now())
+    inversion that deadlocked against a delete (job, then its runs).
+
+    The job lock is taken at the start of each transaction record_outcomes opens (the batch, or
+    each run's own when the batch fails), and also reads which jobs have a failure counter to
+    reset, so a batch of successes sends no UPDATE of their jobs."""
+    return record_outcomes(deliveries, owner=owner, now=timezone.now(), lock_jobs=lock_jobs)
+
+
+def lock_jobs(deliveries: list[tuple]) -> set | None:
+    """FOR KEY SHARE on the deliveries' jobs, by id; returns those whose failure counter is not 0."""
+    if connection.vendor != "postgresql":
+        return None
+    job_ids = sorted({str(run.definition_id) for run, _, _ in deliveries})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, consecutive_failures FROM jobs_jobdefinition WHERE id = ANY(%s::uuid[]) "
+            "ORDER BY id FOR KEY SHARE",
+            [job_ids],
+        )
+        return {job_id for job_id, failures in cursor.fetchall() if failures}

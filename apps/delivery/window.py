@@ -34,7 +34,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.core.dbretry import TRANSIENT, with_db_retry
-from apps.jobs.models import JobRun, RunStatus
+from apps.jobs.models import ConcurrencyPolicy, JobRun, RunStatus
 
 from .claiming import claim_runs, lease_expiry
 from .draining import grace_over, is_draining, start_draining
@@ -97,6 +97,7 @@ class Row:
     host: str
     priority: str
     ticket: Ticket | None
+    guarded_job: str | None = None  # its job, if that job's concurrency policy is not `allow`
 
 
 @dataclass(eq=False)
@@ -222,9 +223,12 @@ class Window:
 
     def _peek(self, run_ids, ticket) -> list[Row]:
         rows = JobRun.objects.filter(id__in=run_ids, status=RunStatus.QUEUED).values_list(
-            "id", "tenant_id", "priority", "definition__target_url"
+            "id", "tenant_id", "priority", "definition__target_url", "definition_id", "definition__concurrency_policy"
         )
-        return [Row(str(i), str(t), host_of(url), p, ticket) for i, t, p, url in rows.order_by("scheduled_for")]
+        return [
+            Row(str(i), str(t), host_of(url), p, ticket, None if policy == ConcurrencyPolicy.ALLOW else job)
+            for i, t, p, url, job, policy in rows.order_by("scheduled_for")
+        ]
 
     def _park(self, row: Row) -> None:
         if len(self._parked) >= settings.CHIME_WORKER_MAX_PARKED:
@@ -256,7 +260,12 @@ class Window:
 
         try:
             runs = with_db_retry(
-                lambda: claim_runs(list(by_id), owner=owner, now=timezone.now()),
+                lambda: claim_runs(
+                    list(by_id),
+                    owner=owner,
+                    now=timezone.now(),
+                    guarded_jobs=[row.guarded_job for row in by_id.values() if row.guarded_job is not None],
+                ),
                 what="claiming runs",
                 deadline_seconds=_patience(),
             )

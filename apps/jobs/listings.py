@@ -15,7 +15,7 @@ JOB_STATUS_FILTERS = (JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED)
 
 
 def _last_run(field: str) -> Subquery:
-    # Served by jobrun_definition_idx (definition, -scheduled_for).
+    # Served by jobrun_unique_occurrence (definition, scheduled_for), read backwards.
     return Subquery(JobRun.objects.filter(definition=OuterRef("pk")).order_by("-scheduled_for").values(field)[:1])
 
 

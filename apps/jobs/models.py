@@ -174,8 +174,11 @@ class Trigger(models.TextChoices):
 
 
 class JobRun(UUIDModel):
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs")
-    definition = models.ForeignKey(JobDefinition, on_delete=models.CASCADE, related_name="runs")
+    # No index of their own (db_index=False): every run write updates every index of this table
+    # (a status change is never a HOT update: status is in the partial indexes' predicates), and
+    # jobrun_tenant_created_idx / jobrun_unique_occurrence already lead with these columns.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs", db_index=False)
+    definition = models.ForeignKey(JobDefinition, on_delete=models.CASCADE, related_name="runs", db_index=False)
     # Copied from the definition so release and routing need no join.
     partition = models.SmallIntegerField()
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.DEFAULT)
@@ -226,7 +229,8 @@ class JobRun(UUIDModel):
             models.Index(fields=["priority", "queued_at"], name="jobrun_queued_idx", condition=Q(status="queued")),
             models.Index(fields=["lease_expires_at"], name="jobrun_running_idx", condition=Q(status="running")),
             models.Index(fields=["tenant", "-created_at"], name="jobrun_tenant_created_idx"),
-            models.Index(fields=["definition", "-scheduled_for"], name="jobrun_definition_idx"),
+            # A job's runs newest first (listings, selectors) read jobrun_unique_occurrence
+            # (definition, scheduled_for) backwards: no index of their own (issue #12).
         ]
 
     def __str__(self) -> str:
@@ -245,7 +249,8 @@ class ErrorKind(models.TextChoices):
 class RunAttempt(UUIDModel):
     """One delivery try. Written when the try ends (or when its worker is found dead)."""
 
-    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="attempts")
+    # runattempt_unique_number (run, number) serves every lookup by run: no index of its own.
+    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -161,3 +161,23 @@ def release_fenced(run_ids: list, *, now: datetime, partitions: list[int], epoch
     with connection.cursor() as cursor:
         cursor.execute(RELEASE_FENCED_SQL, params)
         return cursor.fetchall()
+
+
+# The worker's recording of successes, in the round trip that also locks them (PostgreSQL): the
+# runs still `running` under this lease are finished, and RETURNING says which were the caller's
+# (apps/delivery/outcomes.py judges only the others after reading them).
+SUCCEED_MINE_SQL = f"""
+UPDATE jobs_jobrun SET status = '{TRANSITIONS[Event.SUCCEED].target}', finished_at = %s, status_reason = '',
+       lease_owner = '', lease_expires_at = NULL
+ WHERE id = ANY(%s::uuid[]) AND {_sql_in(Event.SUCCEED)} AND lease_owner = %s
+RETURNING id"""  # noqa: S608 (the interpolated text is this module's constants)
+
+
+def succeed_mine(run_ids: list, *, now: datetime, owner: str) -> set:
+    """PostgreSQL: `succeed` for the runs still in its source state under lease `owner`, clearing
+    the lease; returns the ids moved."""
+    if not run_ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(SUCCEED_MINE_SQL, [now, run_ids, owner])
+        return {row[0] for row in cursor.fetchall()}

@@ -75,13 +75,17 @@ WITH RECURSIVE tenants(tenant_id) AS (
 SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL
 """
 
-# Each tenant's oldest due runs of one tier, ranked within the tenant: an index range scan of
-# jobrun_tenant_releasable_idx (tenant, priority, available_at) per tenant, however deep the backlog.
+# Each tenant's oldest due runs of one tier: an index range scan of jobrun_tenant_releasable_idx
+# (tenant, priority, available_at) per tenant that stops after LIMIT rows, however deep the
+# backlog. No window function here: row_number() OVER (ORDER BY available_at) must read every
+# peer of a tie before it returns, and a spike is one big tie (all of a tenant's runs due at the
+# same instant), so it read the whole backlog (EXPLAIN ANALYZE, 2,000 rows at a 100,000 backlog:
+# 71 ms with it, 1.4 ms without). The rank is the row's place in its tenant's list, counted in Python.
 CANDIDATES_SQL = """
-SELECT x.id, x.tenant_id, x.rank + %(skip)s
+SELECT x.id, x.tenant_id
   FROM unnest(%(tenants)s::uuid[]) AS t(tenant_id)
   CROSS JOIN LATERAL (
-      SELECT r.id, r.tenant_id, row_number() OVER (ORDER BY r.available_at) AS rank
+      SELECT r.id, r.tenant_id
         FROM jobs_jobrun r
        WHERE r.tenant_id = t.tenant_id AND r.priority = %(priority)s AND r.status IN ('scheduled', 'retrying')
          AND r.available_at <= %(now)s AND r.partition = ANY(%(partitions)s)
@@ -93,7 +97,9 @@ SELECT x.id, x.tenant_id, x.rank + %(skip)s
 
 def _candidates_postgresql(partitions: list[int], *, priority: str, now: datetime, batch_size: int) -> list[tuple]:
     """An equal share from every tenant; if some have fewer due runs than their share, one more
-    round takes the rest of the batch from the tenants that filled theirs."""
+    round takes the rest of the batch from the tenants that filled theirs. Returns
+    (id, tenant_id, rank within the tenant), the 1st of every tenant first, then the 2nd, ..."""
+    sql = CANDIDATES_SQL
     with connection.cursor() as cursor:
         cursor.execute(TENANTS_SQL)
         tenants = [row[0] for row in cursor.fetchall()]
@@ -101,17 +107,29 @@ def _candidates_postgresql(partitions: list[int], *, priority: str, now: datetim
             return []
         share = max(math.ceil(batch_size / len(tenants)), 1)
         params = {"now": now, "partitions": partitions, "priority": priority}
-        cursor.execute(CANDIDATES_SQL, {**params, "tenants": tenants, "per_tenant": share, "skip": 0})
-        candidates = cursor.fetchall()
+        cursor.execute(sql, {**params, "tenants": tenants, "per_tenant": share, "skip": 0})
+        candidates = _ranked(cursor.fetchall(), skip=0)
         per_tenant = Counter(row[1] for row in candidates)
         full = [tenant for tenant, n in per_tenant.items() if n == share]
         missing = batch_size - len(candidates)
         if missing > 0 and full:
             more = math.ceil(missing / len(full))
-            cursor.execute(CANDIDATES_SQL, {**params, "tenants": full, "per_tenant": more, "skip": share})
-            candidates += cursor.fetchall()
+            cursor.execute(sql, {**params, "tenants": full, "per_tenant": more, "skip": share})
+            candidates += _ranked(cursor.fetchall(), skip=share)
         candidates.sort(key=lambda row: (row[2], str(row[1])))  # 1st of every tenant, then 2nd, ...
         return candidates
+
+
+def _ranked(rows: list[tuple], *, skip: int) -> list[tuple]:
+    """(id, tenant_id) -> (id, tenant_id, rank), rank counted from skip + 1 in the order the rows
+    come: a LATERAL subquery is run once per tenant (a parameterized nested loop, whatever the
+    plan), so each tenant's rows arrive in its ORDER BY."""
+    rank: Counter = Counter()
+    out = []
+    for run_id, tenant_id in rows:
+        rank[tenant_id] += 1
+        out.append((run_id, tenant_id, skip + rank[tenant_id]))
+    return out
 
 
 def _candidates_portable(partitions: list[int], *, priority: str, now: datetime, batch_size: int) -> list[tuple]:

@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from uuid6 import uuid7
 
 from apps.core.dbretry import with_db_retry
 from apps.core.events import runs_changed
 from apps.delivery.enqueue import broker_epoch, by_priority, publish_runs
-from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
+from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
 from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan
 from apps.jobs.transitions import Event, move, release_fenced
 
@@ -50,6 +51,21 @@ PLANNING_FIELDS = (
     "run_at",
     "status",
 )
+# Positions in a due-scan row (PLANNING_FIELDS order), for the `once` fast path.
+_ID, _TENANT, _PARTITION, _PRIORITY, _TYPE = range(5)
+_JITTER, _NEXT_FIRE = PLANNING_FIELDS.index("jitter_seconds"), PLANNING_FIELDS.index("next_fire_at")
+
+# The due-scan on PostgreSQL as one fixed statement: building it with the ORM cost more Python
+# than the query took (most ticks find nothing due). jobdef_due_idx is a range scan on
+# next_fire_at; the partition filter, when there is one, is applied to the rows it finds.
+DUE_SCAN_SQL = """
+SELECT {fields} FROM jobs_jobdefinition
+ WHERE status = 'active' AND next_fire_at <= %(horizon)s {partition_filter}
+ ORDER BY next_fire_at
+ LIMIT %(limit)s
+ FOR NO KEY UPDATE SKIP LOCKED
+"""
+PARTITION_FILTER = "AND partition = ANY(%(partitions)s)"
 
 
 @dataclass
@@ -65,6 +81,41 @@ class TickResult:
         return self.materialized >= size or self.released >= size
 
 
+def holds_every_partition(partitions: list[int]) -> bool:
+    """A scheduler holding all partitions needs no partition filter in its queries."""
+    return len(partitions) >= settings.CHIME_PARTITIONS and set(range(settings.CHIME_PARTITIONS)) <= set(partitions)
+
+
+def due_definitions(*, partitions: list[int], horizon: datetime, batch_size: int) -> list[tuple]:
+    """Up to `batch_size` due definitions (PLANNING_FIELDS tuples, oldest first), locked
+    FOR NO KEY UPDATE SKIP LOCKED: another scheduler skips them, and the worker's recorder
+    (FOR KEY SHARE on the job) is not blocked (docs/architecture.md#lock-order)."""
+    if connection.vendor == "postgresql":
+        sql = DUE_SCAN_SQL.format(
+            fields=", ".join(PLANNING_FIELDS),
+            partition_filter="" if holds_every_partition(partitions) else PARTITION_FILTER,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {"horizon": horizon, "partitions": partitions, "limit": batch_size})
+            return cursor.fetchall()
+    return list(
+        JobDefinition.objects.select_for_update(skip_locked=True, no_key=True)
+        .filter(status=JobStatus.ACTIVE, next_fire_at__lte=horizon, partition__in=partitions)
+        .order_by("next_fire_at")
+        .values_list(*PLANNING_FIELDS)[:batch_size]
+    )
+
+
+# from_db() takes the loaded fields in the model's field order.
+_MODEL_ORDER = [f.attname for f in JobDefinition._meta.concrete_fields if f.attname in PLANNING_FIELDS]
+_TO_MODEL_ORDER = [PLANNING_FIELDS.index(name) for name in _MODEL_ORDER]
+
+
+def as_definition(row: tuple) -> JobDefinition:
+    """A due-scan row as a model instance (the other fields deferred), for planning and quarantine."""
+    return JobDefinition.from_db("default", _MODEL_ORDER, [row[i] for i in _TO_MODEL_ORDER])
+
+
 def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: int) -> tuple[int, timedelta]:
     """Turn one batch of due definitions into runs and advance their `next_fire_at`.
 
@@ -72,21 +123,52 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
     two schedulers on one partition harmless. A definition whose planning raises, or whose runs
     PostgreSQL refuses, is paused with its reason (apps/scheduler/quarantine.py) instead of
     failing the batch.
+
+    A `once` job reached on time and without jitter (the spike's kind) takes a fast path that
+    builds its one run row straight from the due-scan tuple: the same row plan_definition would
+    give (one run at next_fire_at, the job completed), without a model instance or a Plan.
+    Everything else is planned from a model instance, as before.
     """
     if not partitions:
         return 0, timedelta(0)
     horizon = now + timedelta(seconds=settings.CHIME_SCHEDULER_LOOKAHEAD_SECONDS)
+    # On time under any policy: the fast path must never decide a misfire.
+    on_time_since = now - min(
+        timedelta(seconds=settings.CHIME_MISFIRE_GRACE_SECONDS),
+        timedelta(seconds=settings.CHIME_MISFIRE_LOOKBACK_SECONDS),
+    )
     with transaction.atomic():
-        definitions = list(
-            JobDefinition.objects.select_for_update(skip_locked=True, no_key=True)
-            .filter(status=JobStatus.ACTIVE, next_fire_at__lte=horizon, partition__in=partitions)
-            .order_by("next_fire_at")
-            .only(*PLANNING_FIELDS)[:batch_size]
-        )
-        if not definitions:
+        rows = due_definitions(partitions=partitions, horizon=horizon, batch_size=batch_size)
+        if not rows:
             return 0, timedelta(0)
         runs, updates, unplannable, lag = [], [], [], timedelta(0)
-        for definition in definitions:
+        for row in rows:
+            fire_at = row[_NEXT_FIRE]
+            if row[_TYPE] == ScheduleType.ONCE and not row[_JITTER] and fire_at >= on_time_since:
+                # RUN_COLUMNS order (apps/jobs/planning.py run_rows_from_plan).
+                runs.append(
+                    (
+                        uuid7(),
+                        row[_TENANT],
+                        row[_ID],
+                        row[_PARTITION],
+                        row[_PRIORITY],
+                        fire_at,
+                        Trigger.SCHEDULE,
+                        RunStatus.SCHEDULED,
+                        "",
+                        fire_at,
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                )
+                updates.append((row[_ID], None, JobStatus.COMPLETED, fire_at))
+                if now > fire_at:
+                    lag = max(lag, now - fire_at)
+                continue
+            definition = as_definition(row)
             # Planning is pure Python: a row that raises is set aside (no savepoint needed, and a
             # try costs nothing on the common path), the rest of the batch goes on.
             mark = len(runs)
@@ -101,15 +183,15 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
             last = max((r.scheduled_for for r in plan.runs), default=None)
             status = JobStatus.COMPLETED if plan.completed else JobStatus.ACTIVE
             updates.append((definition.id, plan.next_fire_at, status, last))
-        unwritable = write_batch(definitions, runs, updates, now=now)
+        unwritable = write_batch(rows, runs, updates, now=now)
         if unplannable:
             quarantine_definitions(unplannable, now=now)
         if unwritable:
             quarantine_definitions(unwritable, now=now, kind=UNWRITABLE)
-    return len(definitions), lag
+    return len(rows), lag
 
 
-def write_batch(definitions: list, runs: list[tuple], updates: list[tuple], *, now: datetime) -> list[tuple]:
+def write_batch(rows: list[tuple], runs: list[tuple], updates: list[tuple], *, now: datetime) -> list[tuple]:
     """Insert the batch's runs and advance its definitions inside one savepoint: the common path
     costs two statements more per batch. Only if PostgreSQL refuses a row's data is the batch
     written again row by row, each in its own savepoint, to find the rows it refuses; returns
@@ -124,7 +206,7 @@ def write_batch(definitions: list, runs: list[tuple], updates: list[tuple], *, n
         return []
     except ROW_DATA_ERRORS as error:
         batch_error = error
-    by_id = {definition.id: definition for definition in definitions}
+    by_id = {row[_ID]: row for row in rows}
     runs_of = defaultdict(list)
     for row in runs:
         runs_of[row[2]].append(row)  # RUN_COLUMNS: definition_id
@@ -135,7 +217,7 @@ def write_batch(definitions: list, runs: list[tuple], updates: list[tuple], *, n
                 insert_run_rows(runs_of[update[0]], now=now)
                 advance_definitions([update], now=now)
         except ROW_DATA_ERRORS as error:
-            refused.append((by_id[update[0]], error))
+            refused.append((as_definition(by_id[update[0]]), error))
     if len(updates) > 1 and len(refused) == len(updates):
         raise batch_error
     return refused
@@ -191,8 +273,21 @@ def flip_to_queued(run_ids: list, *, leases: LeaseKeeper, now: datetime) -> list
     return released
 
 
+ANYTHING_DUE_SQL = """
+SELECT 1 FROM jobs_jobrun
+ WHERE status IN ('scheduled', 'retrying') AND available_at <= %(now)s {partition_filter}
+ LIMIT 1
+"""
+
+
 def _anything_due(partitions: list[int], now: datetime) -> bool:
-    """The cheap check first (jobrun_releasable_idx): most ticks find nothing due."""
+    """The cheap check first (jobrun_releasable_idx): most ticks find nothing due. A fixed
+    statement on PostgreSQL, like the due-scan: the ORM's query building was most of an idle tick."""
+    if connection.vendor == "postgresql":
+        sql = ANYTHING_DUE_SQL.format(partition_filter="" if holds_every_partition(partitions) else PARTITION_FILTER)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {"now": now, "partitions": partitions})
+            return cursor.fetchone() is not None
     return JobRun.objects.filter(status__in=RELEASABLE, available_at__lte=now, partition__in=partitions).exists()
 
 

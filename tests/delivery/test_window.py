@@ -165,3 +165,45 @@ def test_a_worker_killed_mid_window_has_its_runs_delivered_again(tenant, receive
     assert delivered == set(ids(runs)), "every run delivered, each with its own webhook-id"
     lost = JobRun.objects.filter(id__in=ids(runs), attempts__error_kind=ErrorKind.WORKER_LOST).count()
     assert lost >= 5, "the runs in flight were recovered by the lease sweep"
+
+
+def sessions_opened() -> int:
+    """Connections ever opened to this database (PostgreSQL's own counter, PG 14+)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_keeps_its_connections_from_one_message_to_the_next(tenant, receiver, redis_required):
+    """A task returns once its runs are admitted, and the window records them in its own threads,
+    on the process's connection pool. Celery's Django fixup used to close that whole pool at every
+    task start and end (config/celery.py): under the recorder and the lease renewer ("the pool
+    ... is closed", recording in its outage-retry loop), and with a new PostgreSQL connection or
+    two for every message. Now twelve messages in a row are recorded on the pool's few
+    connections."""
+    from apps.delivery.enqueue import publish_runs
+
+    job = JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook")
+    runs = queued_runs(job, 12)
+    worker = start_worker(name="pool", queues="runs.high,runs.default", concurrency=1, **FAST)
+    try:
+        publish_runs(ids(runs[:1]), priority=runs[0].priority)  # the child opens its pool
+        wait_until(lambda: JobRun.objects.filter(id=runs[0].id, status=RunStatus.SUCCEEDED).exists(), timeout=30)
+        time.sleep(1)
+        before = sessions_opened()
+        for run in runs[1:]:  # one message at a time: eleven task starts and ends
+            publish_runs([str(run.id)], priority=run.priority)
+            done = JobRun.objects.filter(id=run.id, status=RunStatus.SUCCEEDED)
+            wait_until(done.exists, timeout=30)
+        time.sleep(1)
+        opened = sessions_opened() - before
+    finally:
+        worker.stop()
+    assert opened <= 4, f"{opened} new connections for 11 messages (the pool holds at most 4)"
+    log = worker.log()
+    assert "is closed" not in log and "database unavailable" not in log, log[-3000:]

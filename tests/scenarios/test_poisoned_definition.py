@@ -85,11 +85,14 @@ def plant_poisoned(tenant, url: str, due_at: datetime) -> dict:
                 name=f"poisoned-{column}-{copy}",
                 schedule_type=ScheduleType.CRON,
                 cron_expression="* * * * *",
-                next_fire_at=due_at,
+                next_fire_at=due_at + timedelta(days=1),  # not due until poisoned: no race with a scheduler
                 target_url=f"{url}/poisoned",
             )
             with connection.cursor() as cursor:
-                cursor.execute(f"UPDATE jobs_jobdefinition SET {column} = %s WHERE id = %s", [value, job_id])  # noqa: S608
+                cursor.execute(
+                    f"UPDATE jobs_jobdefinition SET {column} = %s, next_fire_at = %s WHERE id = %s",  # noqa: S608
+                    [value, due_at, job_id],
+                )
             planted[job_id] = expected
     return planted
 

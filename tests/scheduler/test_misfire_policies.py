@@ -111,6 +111,34 @@ def test_a_once_job_fires_once_then_is_completed(make_job):
     assert (job.status, job.next_fire_at) == (JobStatus.COMPLETED, None)
 
 
+@pytest.mark.parametrize("late", [timedelta(0), timedelta(seconds=59), timedelta(minutes=5), timedelta(days=2)])
+@pytest.mark.parametrize("policy", ["catch_up", "skip", "coalesce"])
+def test_once_jobs_get_the_runs_the_planner_gives_them(make_job, late, policy):
+    """The `once` fast path of materialize_due_runs (on time, no jitter) writes exactly the run and
+    the job update that plan_definition gives; late or jittered ones are planned as before."""
+    from apps.jobs.planning import plan_definition
+
+    jobs = [
+        make_job(schedule_type=ScheduleType.ONCE, cron_expression="", run_at=T0, misfire_policy=policy, **extra)
+        for extra in ({}, {"jitter_seconds": 30}, {"priority": "high"})
+    ]
+    now = T0 + late
+    expected = {}
+    for job in jobs:
+        plan = plan_definition(JobDefinition.objects.get(pk=job.pk), now=now)
+        expected[job.pk] = [
+            (p.scheduled_for, p.scheduled_for + job.jitter_offset, bool(p.skipped_reason)) for p in plan.runs
+        ]
+    materialize(now)
+    for job in jobs:
+        runs = runs_of(job)
+        got = [(r.scheduled_for, r.available_at, r.status == RunStatus.SKIPPED) for r in runs]
+        assert got == expected[job.pk]
+        assert all((r.trigger, r.priority, r.partition) == ("schedule", job.priority, job.partition) for r in runs)
+        job.refresh_from_db()
+        assert (job.status, job.next_fire_at, job.last_scheduled_for) == (JobStatus.COMPLETED, None, T0)
+
+
 def test_runs_are_materialized_ahead_but_released_at_their_time(make_job, settings):
     settings.CHIME_SCHEDULER_LOOKAHEAD_SECONDS = 2
     job = make_job()
