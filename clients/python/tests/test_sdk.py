@@ -128,3 +128,40 @@ def test_429_and_503_are_retried_after_retry_after_then_given_up():
             assert len(server.received()) == 3 + 4 + 1
     finally:
         server.stop()
+
+
+def test_the_async_client_retries_a_429_too():
+    server = Receiver().start()
+    answers = iter([Reply(429, headers={"Retry-After": "1"})])
+    server.respond = lambda delivery: next(answers, Reply(200, body=b'{"replayed": 0}'))
+    try:
+
+        async def scenario():
+            async with AsyncClient(server.url, "chime_x", max_retry_wait_seconds=2) as chime:
+                return await chime.runs.replay_many(status="failed")  # a POST: a 429 did nothing, retried
+
+        assert asyncio.run(scenario()) == {"replayed": 0}
+        assert len(server.received()) == 2
+    finally:
+        server.stop()
+
+
+def test_retry_waits_follow_retry_after_within_the_cap():
+    from email.utils import format_datetime
+
+    import httpx
+
+    from chime_client._http import Call, RetryPolicy, retry_after_seconds
+
+    soon = format_datetime(datetime.now(UTC) + timedelta(seconds=20), usegmt=True)
+    assert 18 <= retry_after_seconds(soon) <= 20
+    assert retry_after_seconds("7") == 7 and retry_after_seconds("junk") is None
+    policy = RetryPolicy(max_retries=2, max_retry_wait_seconds=5)
+    told = httpx.Response(429, headers={"Retry-After": "60"})
+    assert policy.wait(0, told) == 5  # capped
+    assert 0 <= policy.wait(3, httpx.Response(503)) <= 5  # jittered backoff, capped
+    post = Call("POST", "/jobs/x/trigger")
+    assert policy.should_retry(post, 0, told) and not policy.should_retry(post, 2, told)
+    assert not policy.should_retry(post, 0, httpx.Response(503))
+    assert policy.should_retry(Call("POST", "/jobs", headers={"Idempotency-Key": "k"}), 0, httpx.Response(503))
+    assert not policy.should_retry(Call("GET", "/jobs"), 0, httpx.Response(500))  # a bug is not retried
