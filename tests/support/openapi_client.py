@@ -20,7 +20,7 @@ import attrs
 import httpx
 
 VENV_BIN = Path(sys.executable).parent  # openapi-python-client, and the ruff it runs on its output
-PACKAGE = "chime_client"
+PACKAGE = "chime_openapi"  # not chime_client: that is the SDK (clients/python), on the same path
 
 
 def generate(schema: bytes, into: Path, package: str = PACKAGE) -> Path:

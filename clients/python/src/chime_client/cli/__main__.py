@@ -1,0 +1,3 @@
+from chime_client.cli import main
+
+main()
