@@ -37,11 +37,17 @@ def by_priority(rows) -> dict[str, list[str]]:
 
 
 def publish_runs(run_ids: list[str], *, priority: str) -> None:
+    from apps.metrics.registry import PUBLISH_ERRORS
+
     from .tasks import deliver_runs_task
 
     chunk = settings.CHIME_ENQUEUE_CHUNK
     for start in range(0, len(run_ids), chunk):
-        deliver_runs_task.apply_async(args=[run_ids[start : start + chunk]], queue=queue_for(priority))
+        try:
+            deliver_runs_task.apply_async(args=[run_ids[start : start + chunk]], queue=queue_for(priority))
+        except Exception:
+            PUBLISH_ERRORS.inc()  # the callers put the runs back or leave them to the sweeps
+            raise
 
 
 def broker_epoch() -> datetime | None:

@@ -193,6 +193,21 @@ def _record_stripped(delivery: tuple, *, owner: str, now: datetime, lock_jobs=No
         return _record([delivery], owner=owner, now=now, stripped=True, failing_jobs=failing_jobs)
 
 
+def _observe_on_commit(deliveries: list[tuple], attempts: list[RunAttempt], mine: set) -> None:
+    """Delivery durations and first attempts' fire lag (apps/metrics), once these attempts are
+    committed: a batch that rolls back and is recorded again run by run counts once."""
+    from apps.metrics.registry import attempts_recorded
+
+    observed = [
+        (run.priority, run.tenant_id, a.number, run.scheduled_for, a.started_at, a.duration_ms, a.status_code,
+         response.error_kind)
+        for (run, _, response), a in zip(deliveries, attempts, strict=True)
+        if run.id in mine
+    ]  # fmt: skip
+    if observed:
+        transaction.on_commit(lambda: attempts_recorded(observed))
+
+
 def _lock_mine(run_ids: list, owner: str) -> set:
     """The runs still `running` under this lease, locked."""
     if not run_ids:
@@ -240,6 +255,7 @@ def _record(
         if response.status_code == 410:
             jobs_gone[run.definition_id] = run.definition.target_url
     insert_attempts([a for a in attempts if a.run_id in mine])
+    _observe_on_commit(deliveries, attempts, mine)
     # A run whose lease was lost may already have its attempt recorded by the sweep.
     RunAttempt.objects.bulk_create([a for a in attempts if a.run_id not in mine], ignore_conflicts=True)
     release = {"lease_owner": "", "lease_expires_at": None}

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from uuid6 import uuid7
 
 from apps.core.events import runs_changed_on_commit
@@ -255,11 +255,21 @@ def insert_run_rows(rows: list[tuple], *, now: datetime) -> None:
             [JobRun(**dict(zip(RUN_COLUMNS, row, strict=True)), created_at=now) for row in rows],
             ignore_conflicts=True,
         )
+        _count_materialized(len(rows))  # SQLite cannot say which were duplicates: an upper bound
         return
     connection.ensure_connection()
     columns = [list(column) for column in zip(*rows, strict=True)]
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(INSERT_RUNS_SQL, [now, *columns])
+        inserted = cursor.rowcount  # duplicates (ON CONFLICT DO NOTHING) are not counted
+    _count_materialized(inserted)
+
+
+def _count_materialized(inserted: int) -> None:
+    from apps.metrics.registry import MATERIALIZED
+
+    if inserted > 0:
+        transaction.on_commit(lambda: MATERIALIZED.inc(inserted))
 
 
 def insert_runs(runs: list[JobRun]) -> None:

@@ -119,14 +119,67 @@ def _guard(event: Event) -> dict:
     return {"status": sources[0]} if len(sources) == 1 else {"status__in": sources}
 
 
+# The events that end a run or an attempt, as the `outcome` of the chime_runs_total metric.
+OUTCOMES: dict[Event, str] = {
+    Event.SUCCEED: "succeeded",
+    Event.RETRY: "retried",
+    Event.DEAD_LETTER: "failed",
+    Event.SKIP: "skipped",
+    Event.ABANDON: "cancelled",
+    Event.REPLACE: "cancelled",
+    Event.CANCEL: "cancelled",
+    Event.CANCEL_UNSTARTED: "cancelled",
+    Event.RESCHEDULE: "cancelled",
+}
+
+
 def move(event: Event, runs, *, where: dict | None = None, **fields) -> int:
     """Apply `event` to `runs` (ids, or a JobRun queryset) that are in one of its source states,
     also setting `fields`; `where` narrows the rows further (e.g. `lease_owner`). Returns how many
-    moved: runs in any other state are left as they are and not counted."""
+    moved: runs in any other state are left as they are and not counted.
+
+    An event that is an outcome (OUTCOMES) is counted in chime_runs_total once its transaction
+    commits, by the priority (and tenant) of each run it moved: the UPDATE returns them."""
     rows = runs if isinstance(runs, QuerySet) else JobRun.objects.filter(id__in=list(runs))
     if where:
         rows = rows.filter(**where)
-    return rows.filter(**_guard(event)).update(status=TRANSITIONS[event].target, **fields)
+    rows = rows.filter(**_guard(event))
+    if event not in OUTCOMES:
+        return rows.update(status=TRANSITIONS[event].target, **fields)
+    moved = _update_returning(rows, {"status": TRANSITIONS[event].target, **fields})
+    runs_ended(OUTCOMES[event], moved)
+    return len(moved)
+
+
+def _update_returning(rows: QuerySet, values: dict) -> list[tuple]:
+    """`rows.update(**values)`, returning (priority, tenant_id) of each row updated: Django's
+    own UPDATE statement with a RETURNING clause (PostgreSQL, and SQLite from 3.35)."""
+    from django.core.exceptions import EmptyResultSet
+    from django.db.models.sql.subqueries import UpdateQuery
+
+    query = rows.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    compiler = query.get_compiler(rows.db)
+    try:
+        compiler.pre_sql_setup()  # as SQLUpdateCompiler.execute_sql does: joins become an id subquery
+        sql, params = compiler.as_sql()
+    except EmptyResultSet:  # e.g. id__in=[]: nothing to update (Django's update() returns 0)
+        return []
+    if not sql:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING priority, tenant_id", params)
+        return cursor.fetchall()
+
+
+def runs_ended(outcome: str, moved) -> None:
+    """Count (priority, tenant_id) pairs as runs with `outcome`, when the transaction commits."""
+    from django.db import transaction
+
+    from apps.metrics.registry import count_runs
+
+    if moved:
+        transaction.on_commit(lambda rows=list(moved): count_runs(outcome, rows))
 
 
 def _sql_in(event: Event) -> str:
@@ -170,14 +223,16 @@ SUCCEED_MINE_SQL = f"""
 UPDATE jobs_jobrun SET status = '{TRANSITIONS[Event.SUCCEED].target}', finished_at = %s, status_reason = '',
        lease_owner = '', lease_expires_at = NULL
  WHERE id = ANY(%s::uuid[]) AND {_sql_in(Event.SUCCEED)} AND lease_owner = %s
-RETURNING id"""  # noqa: S608 (the interpolated text is this module's constants)
+RETURNING id, priority, tenant_id"""  # noqa: S608 (the interpolated text is this module's constants)
 
 
 def succeed_mine(run_ids: list, *, now: datetime, owner: str) -> set:
     """PostgreSQL: `succeed` for the runs still in its source state under lease `owner`, clearing
-    the lease; returns the ids moved."""
+    the lease; returns the ids moved (counted as succeeded on commit, as `move` counts)."""
     if not run_ids:
         return set()
     with connection.cursor() as cursor:
         cursor.execute(SUCCEED_MINE_SQL, [now, run_ids, owner])
-        return {row[0] for row in cursor.fetchall()}
+        rows = cursor.fetchall()
+    runs_ended(OUTCOMES[Event.SUCCEED], [(priority, tenant_id) for _, priority, tenant_id in rows])
+    return {row[0] for row in rows}

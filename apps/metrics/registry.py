@@ -62,3 +62,23 @@ def outcome_class(status_code: int | None, error_kind: str | None) -> str:
     if error_kind in ("refused", "invalid_target"):
         return "refused"  # Chime refused to send it (a private address, an unusable target)
     return "network"
+
+
+def count_runs(outcome: str, rows) -> None:
+    """chime_runs_total += 1 per (priority, tenant_id) of `rows` (runs that reached `outcome`)."""
+    from collections import Counter
+
+    for (priority, tenant_id), n in Counter((p, t) for p, t in rows).items():
+        RUNS.labels(outcome=outcome, priority=priority, **tenant_labels(tenant_id)).inc(n)
+
+
+def attempts_recorded(attempts) -> None:
+    """Delivery durations of recorded attempts, and the fire lag of each first attempt:
+    `attempts` are (priority, tenant_id, number, scheduled_for, started_at, duration_ms,
+    status_code, error_kind)."""
+    for priority, tenant_id, number, scheduled_for, started_at, duration_ms, status_code, error_kind in attempts:
+        if duration_ms is not None:
+            DELIVERY_DURATION.labels(outcome_class=outcome_class(status_code, error_kind)).observe(duration_ms / 1000)
+        if number == 1 and started_at is not None:
+            lag = max((started_at - scheduled_for).total_seconds(), 0.0)
+            FIRE_LAG.labels(priority=priority, **tenant_labels(tenant_id)).observe(lag)

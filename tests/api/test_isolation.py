@@ -33,6 +33,7 @@ ROUTES = {
     "api:signing-secret": "collection",
     "api:signing-secret-rotate": "collection",
     "api:schedule-preview": "collection",
+    "api:stats": "collection",  # the caller's runs only (tests/api/test_stats.py: others' not counted)
     "api:schema": "public",
     "api:docs": "public",
     "api:not-found": "catch-all",  # JSON 404 for any other path; holds nothing
