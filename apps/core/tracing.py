@@ -97,3 +97,42 @@ def traceparent(run_id, *, attempt: int, span=None) -> str:
     context = span.get_span_context() if span is not None else None
     span_id = context.span_id if context is not None and context.is_valid else _span_id(run_id, f"attempt-{attempt}")
     return f"00-{run_trace_id(run_id):032x}-{span_id:016x}-01"
+
+
+def delivery_span(run):
+    """The span of one delivery attempt of `run`, a child of the run's trace; None when nothing
+    records it (tracing off), so the hot path pays only this check."""
+    span = tracer().start_span(
+        "chime.deliver",
+        context=run_parent(run.id),
+        kind=trace.SpanKind.CLIENT,
+        attributes={
+            "chime.run_id": str(run.id),
+            "chime.job_id": str(run.definition_id),
+            "chime.tenant_id": str(run.tenant_id),
+            "chime.attempt": run.attempt_count,
+        },
+    )
+    if not span.is_recording():
+        return None
+    return span
+
+
+def end_delivery_span(span, *, status_code: int | None, error_kind: str | None, outcome: str, end) -> None:
+    if span is None:
+        return
+    if status_code:
+        span.set_attribute("http.response.status_code", status_code)
+    if error_kind:
+        span.set_attribute("error.type", error_kind)
+    span.set_attribute("chime.outcome", outcome)
+    if outcome != "succeeded":
+        span.set_status(trace.Status(trace.StatusCode.ERROR, error_kind or f"HTTP {status_code}"))
+    span.end(end_time=int(end.timestamp() * 1e9) if end else None)
+
+
+def link_runs(span, run_ids) -> None:
+    """Links from a batch span to the traces of (at most MAX_LINKS of) the runs it handled."""
+    if span.is_recording():
+        for link in run_links(run_ids):
+            span.add_link(link.context)

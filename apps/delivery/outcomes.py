@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from psycopg.types.json import Jsonb
 
+from apps.core import tracing
 from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
@@ -256,6 +257,13 @@ def _record(
             jobs_gone[run.definition_id] = run.definition.target_url
     insert_attempts([a for a in attempts if a.run_id in mine])
     _observe_on_commit(deliveries, attempts, mine)
+    for (_, request, response), verdict in zip(deliveries, verdicts, strict=True):
+        outcome = "succeeded" if verdict.succeeded else "failed"
+        tracing.end_delivery_span(
+            request.span, status_code=response.status_code, error_kind=response.error_kind, outcome=outcome,
+            end=response.finished_at,
+        )  # fmt: skip
+        request.span = None  # a batch recorded again run by run ends each span once
     # A run whose lease was lost may already have its attempt recorded by the sweep.
     RunAttempt.objects.bulk_create([a for a in attempts if a.run_id not in mine], ignore_conflicts=True)
     release = {"lease_owner": "", "lease_expires_at": None}

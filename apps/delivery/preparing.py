@@ -16,6 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 from uuid6 import uuid7
 
+from apps.core import tracing
 from apps.core.events import runs_changed
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
 from apps.jobs.transitions import Event, move
@@ -88,6 +89,9 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
         }
     )
     headers.update(webhook_headers(secrets=secrets, msg_id=str(run.id), timestamp=now, payload=payload))
+    span = tracing.delivery_span(run)
+    # W3C trace context: the run is the trace (its id is the trace id), this attempt the parent.
+    headers["traceparent"] = tracing.traceparent(run.id, attempt=run.attempt_count, span=span)
     return WebhookRequest(
         key=str(run.id),
         url=definition.target_url,
@@ -95,6 +99,7 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
         headers=headers,
         body=payload,
         timeout_seconds=definition.timeout_seconds,
+        span=span,
     )
 
 

@@ -33,6 +33,9 @@ class WebhookRequest:
     headers: dict[str, str]
     body: bytes
     timeout_seconds: float
+    # The attempt's OpenTelemetry span (apps/core/tracing.py), ended when its outcome is recorded;
+    # None when tracing is off.
+    span: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Programming errors fail loudly here, not as a delivery failure.

@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from opentelemetry import trace
 from uuid6 import uuid7
 
+from apps.core import tracing
 from apps.core.dbretry import with_db_retry
 from apps.core.events import runs_changed
 from apps.delivery.enqueue import broker_epoch, by_priority, publish_runs
@@ -184,6 +186,7 @@ def materialize_due_runs(*, partitions: list[int], now: datetime, batch_size: in
             status = JobStatus.COMPLETED if plan.completed else JobStatus.ACTIVE
             updates.append((definition.id, plan.next_fire_at, status, last))
         unwritable = write_batch(rows, runs, updates, now=now)
+        tracing.link_runs(trace.get_current_span(), (run[0] for run in runs))  # RUN_COLUMNS: id first
         if unplannable:
             quarantine_definitions(unplannable, now=now)
         if unwritable:
@@ -244,6 +247,7 @@ def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> 
             return 0
         released = flip_to_queued([run_id for run_id, _ in chosen], leases=leases, now=now)
     runs_changed((tenant_id, run_id, RunStatus.QUEUED) for run_id, _, tenant_id in released)
+    tracing.link_runs(trace.get_current_span(), (run_id for run_id, _, _ in released))
     publish_or_put_back([(run_id, priority) for run_id, priority, _ in released])
     return len(released)
 
@@ -360,8 +364,14 @@ def scheduler_tick(*, leases: LeaseKeeper, now: datetime | None = None) -> TickR
     now = now or timezone.now()
     batch_size = settings.CHIME_SCHEDULER_BATCH_SIZE
     result = TickResult()
-    result.materialized, result.lag = materialize_due_runs(partitions=leases.partitions, now=now, batch_size=batch_size)
-    result.released = release_due_runs(leases=leases, now=now, batch_size=batch_size)
+    with tracing.tracer().start_as_current_span("chime.materialize") as span:
+        result.materialized, result.lag = materialize_due_runs(
+            partitions=leases.partitions, now=now, batch_size=batch_size
+        )
+        span.set_attribute("chime.definitions", result.materialized)
+    with tracing.tracer().start_as_current_span("chime.release") as span:
+        result.released = release_due_runs(leases=leases, now=now, batch_size=batch_size)
+        span.set_attribute("chime.runs", result.released)
     return result
 
 

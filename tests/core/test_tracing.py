@@ -31,6 +31,7 @@ def test_a_recorded_span_of_a_run_is_in_the_runs_trace_and_names_itself_in_the_h
     with tracing.tracer().start_as_current_span("chime.release", links=tracing.run_links([run_id, other])):
         pass
     deliver, release = exporter.get_finished_spans()[-2:]
+    exporter.shutdown()
     assert deliver.context.trace_id == run_id.int
     assert deliver.parent.span_id == tracing.run_context(run_id).span_id
     assert header == f"00-{run_id.int:032x}-{deliver.context.span_id:016x}-01"
