@@ -27,19 +27,21 @@ def initial_next_fire_at(definition: JobDefinition, now: datetime) -> datetime |
     return next_fire_after(definition, now)
 
 
-def _check_job_slot(tenant_id) -> None:
+def _check_job_slot(tenant, *, inserted: int = 0, adding: int = 1) -> None:
     """The tenant's jobs quota (apps/tenants/quotas.py); the tenant row lock makes count-then-insert
-    safe against concurrent creates. Completed jobs do not count, paused ones do."""
+    safe against concurrent creates. Completed jobs do not count, paused ones do.
+    `tenant`: a Tenant (its limits, cached by API key authentication, spare a query) or an id."""
+    tenant_id = getattr(tenant, "pk", tenant)
     quotas.lock_tenant(tenant_id)
     live = JobDefinition.objects.filter(tenant_id=tenant_id).exclude(
         status__in=[JobStatus.DELETED, JobStatus.COMPLETED]
     )
-    quotas.check_job_count(tenant_id, current=live.count())
+    quotas.check_job_count(tenant, current=live.count() - inserted, adding=adding)
 
 
-def _check_retry_policy(tenant_id, fields: dict) -> None:
+def _check_retry_policy(tenant, fields: dict) -> None:
     quotas.check_retry_policy(
-        tenant_id,
+        tenant,
         max_attempts=fields.get("retry_max_attempts", JobDefinition._meta.get_field("retry_max_attempts").default),
         initial_backoff_seconds=fields.get(
             "retry_initial_backoff_seconds", JobDefinition._meta.get_field("retry_initial_backoff_seconds").default
@@ -53,8 +55,8 @@ def job_create(*, tenant: Tenant, enabled: bool = True, **fields) -> JobDefiniti
     Raises QuotaExceeded over the tenant's jobs or retry limits, InvalidSchedule for a `run_at` too far back."""
     now = timezone.now()
     check_run_at(fields.get("schedule_type"), fields.get("run_at"), now=now)
-    _check_retry_policy(tenant.pk, fields)
-    _check_job_slot(tenant.pk)
+    _check_retry_policy(tenant, fields)
+    _check_job_slot(tenant)
     definition = JobDefinition(tenant=tenant, **fields)
     if definition.schedule_type == ScheduleType.ONCE and definition.run_at is None:
         definition.run_at = now

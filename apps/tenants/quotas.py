@@ -87,13 +87,15 @@ def lock_tenant(tenant_id) -> None:
     Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk").first()
 
 
-def check_job_count(tenant_id, *, current: int) -> None:
+def check_job_count(tenant, *, current: int, adding: int = 1) -> None:
     """`current`: the tenant's jobs that are not deleted or completed (paused ones count: they can
-    be resumed or triggered at any moment)."""
-    limit = effective_limits(tenant_id).max_jobs
-    if current >= limit:
+    be resumed or triggered at any moment), not counting the `adding` jobs being created.
+    `tenant`: an id or a Tenant (see effective_limits)."""
+    limit = effective_limits(tenant).max_jobs
+    if current + adding > limit:
+        more = f"; {adding} more would exceed it" if adding > 1 else ": delete one first"
         raise QuotaExceeded(
-            f"This tenant has {current} jobs, its limit (max_jobs) is {limit}: delete one first.",
+            f"This tenant has {current} jobs, its limit (max_jobs) is {limit}{more}.",
             limit="max_jobs",
             value=limit,
             status=403,
@@ -130,9 +132,10 @@ def max_backfill_runs(tenant_id) -> int:
     return effective_limits(tenant_id).max_backfill_runs
 
 
-def check_retry_policy(tenant_id, *, max_attempts: int, initial_backoff_seconds: int) -> None:
-    """Fields are the JobDefinition's (retry_max_attempts, retry_initial_backoff_seconds)."""
-    limits = effective_limits(tenant_id)
+def check_retry_policy(tenant, *, max_attempts: int, initial_backoff_seconds: int) -> None:
+    """Fields are the JobDefinition's (retry_max_attempts, retry_initial_backoff_seconds).
+    `tenant`: an id or a Tenant (see effective_limits)."""
+    limits = effective_limits(tenant)
     if max_attempts > limits.max_retry_attempts:
         raise QuotaExceeded(
             f"At most {limits.max_retry_attempts} attempts for this tenant (limit max_retry_attempts).",
