@@ -28,9 +28,14 @@ def initial_next_fire_at(definition: JobDefinition, now: datetime) -> datetime |
 
 
 def _check_job_slot(tenant, *, inserted: int = 0, adding: int = 1) -> None:
-    """The tenant's jobs quota (apps/tenants/quotas.py); the tenant row lock makes count-then-insert
-    safe against concurrent creates. Completed jobs do not count, paused ones do.
-    `tenant`: a Tenant (its limits, cached by API key authentication, spare a query) or an id."""
+    """The tenant's jobs quota (apps/tenants/quotas.py). Completed jobs do not count, paused ones do.
+
+    Call it last in the creating transaction, after the insert (`inserted` = the jobs this
+    transaction inserted, counted by the query but not held before): the tenant row lock
+    serializes count-and-commit, so it is held for the count and the commit only, not for the
+    validation and the insert. Safe against concurrent creates: under READ COMMITTED the count
+    runs after the lock was granted, so it sees every create committed before, plus our own rows.
+    `tenant`: a Tenant (its cached limits spare a query) or an id."""
     tenant_id = getattr(tenant, "pk", tenant)
     quotas.lock_tenant(tenant_id)
     live = JobDefinition.objects.filter(tenant_id=tenant_id).exclude(
@@ -56,13 +61,13 @@ def job_create(*, tenant: Tenant, enabled: bool = True, **fields) -> JobDefiniti
     now = timezone.now()
     check_run_at(fields.get("schedule_type"), fields.get("run_at"), now=now)
     _check_retry_policy(tenant, fields)
-    _check_job_slot(tenant)
     definition = JobDefinition(tenant=tenant, **fields)
     if definition.schedule_type == ScheduleType.ONCE and definition.run_at is None:
         definition.run_at = now
     definition.status = JobStatus.ACTIVE if enabled else JobStatus.PAUSED
     definition.next_fire_at = initial_next_fire_at(definition, now)
     definition.save()
+    _check_job_slot(tenant, inserted=1)  # last: the tenant lock is held for the count and the commit only
     return definition
 
 

@@ -83,8 +83,14 @@ class QuotaExceeded(Exception):
 
 def lock_tenant(tenant_id) -> None:
     """Serialize the count-then-create of one tenant's jobs or keys (inside the caller's
-    transaction), so two concurrent creates cannot both take the last slot."""
-    Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk").first()
+    transaction), so two concurrent creates cannot both take the last slot.
+
+    FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with itself (the serialization) but not with
+    the FOR KEY SHARE that every insert of a row pointing at the tenant takes (a job, a run, a
+    key). So a create may insert its rows first and lock last, right before its commit (the lock is
+    then held for the count and the commit only), and the scheduler's run inserts never wait for
+    an API create, nor the other way round."""
+    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant_id).values_list("pk").first()
 
 
 def check_job_count(tenant, *, current: int, adding: int = 1) -> None:
