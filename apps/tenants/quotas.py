@@ -171,10 +171,20 @@ def _raise_throttled(decision: Decision, *, limit: str, value, what: str) -> Non
         )
 
 
-def take_api_request(tenant: Tenant) -> None:
-    """One API request of the tenant, whichever key made it: the budget is the tenant's."""
+def take_api_request(tenant: Tenant, *, weight: int = 1) -> None:
+    """One API request of the tenant, whichever key made it: the budget is the tenant's.
+    `weight`: a request that counts as that many (a batch create, docs/api.md#batch-create)."""
     rate = effective_limits(tenant).api_rate
-    decision = acquire(f"api:{tenant.pk}", limit=rate.count, ttl_seconds=rate.seconds)
+    if weight > rate.count:
+        raise QuotaExceeded(
+            f"This request counts as {weight} API requests, more than this tenant's whole API rate limit "
+            f"(api_rate: {rate}) allows in a window: send it in smaller parts.",
+            limit="api_rate",
+            value=str(rate),
+            status=400,
+            field="jobs",
+        )
+    decision = acquire(f"api:{tenant.pk}", limit=rate.count, ttl_seconds=rate.seconds, cost=weight)
     _raise_throttled(decision, limit="api_rate", value=rate, what="Over this tenant's API rate limit")
 
 
