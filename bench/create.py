@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as `python bench/x.py` too
@@ -51,8 +52,8 @@ PROXY = {"X-Forwarded-Proto": "https"}
 TENANT_SLUG = "bench-create"
 
 
-def procfile_web() -> str:
-    for line in (ROOT / "Procfile").read_text().splitlines():
+def procfile_web(code: Path = ROOT) -> str:
+    for line in (code / "Procfile").read_text().splitlines():
         name, _, command = line.partition(":")
         if name.strip() == "web":
             return command.strip()
@@ -89,17 +90,19 @@ def bench_key() -> str:
     return api_key_create(tenant=tenant, name="bench").raw_key
 
 
-def start_web(**extra: str) -> tuple[Process, str]:
-    """The Procfile's web line, as a PaaS starts it: `sh -c`, $PORT, no DJANGO_SETTINGS_MODULE."""
+def start_web(code: Path = ROOT, **extra: str) -> tuple[Process, str]:
+    """The Procfile's web line of the tree `code`, as a PaaS starts it: `sh -c`, $PORT, no
+    DJANGO_SETTINGS_MODULE."""
     port = free_port()
     env = bench_env()
+    env["PYTHONPATH"] = str(code)
     for name in ("DJANGO_SETTINGS_MODULE", "WEBHOOK_ALLOW_PRIVATE_NETWORKS", "CHIME_PROCESS_TYPE"):
         env.pop(name, None)
     env.update({"DEBUG": "false", "ALLOWED_HOSTS": "127.0.0.1", "PORT": str(port), "SECRET_KEY": "bench-create"})
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
-    command = env.pop("CHIME_BENCH_WEB_COMMAND", None) or procfile_web()  # to try another line than the Procfile's
-    process = Process("create-web", ["/bin/sh", "-c", command], env)
+    command = env.pop("CHIME_BENCH_WEB_COMMAND", None) or procfile_web(code)  # to try another line than the Procfile's
+    process = Process("create-web", ["/bin/sh", "-c", command], env, cwd=code)
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -125,13 +128,14 @@ async def _drive(url: str, key: str, payloads: list, clients: int, path: str, id
     statuses: dict[int, int] = {}
     errors: list[str] = []
     queue = list(reversed(payloads))
+    run_token = uuid.uuid4().hex  # keys are kept 24 h: a new one per measurement, or it would replay
     connector = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def client(number: int) -> None:
             while queue:
                 k, payload = queue.pop()
-                extra = {"Idempotency-Key": f"bench-{os.getpid()}-{path}-{k}"} if idempotent else {}
+                extra = {"Idempotency-Key": f"bench-{run_token}-{k}"} if idempotent else {}
                 data = json.dumps(payload)
                 t0 = time.perf_counter()
                 async with session.post(url + path, data=data, headers={**headers, **extra}) as response:
@@ -201,27 +205,60 @@ def measure(web: Process, url: str, key: str, *, label: str, jobs: int, clients:
     return result
 
 
-def run(*, jobs: int, batch_jobs: int, clients: int, batch_size: int, web_env: dict[str, str]) -> list[dict]:
-    ensure_database()
+def run_variant(
+    *, code: Path, label: str, jobs: int, batch_jobs: int, clients: int, batch_size: int, web_env: dict[str, str]
+) -> list[dict]:
+    """One web process of `code`, measured from an empty job table: one by one, with
+    Idempotency-Key, and in batches (when the tree has the batch endpoint)."""
     reset_state()
     key = bench_key()
     results = []
     with processes():
-        web, url = start_web(**web_env)
+        web, url = start_web(code, **web_env)
         drive(url, key, [(k, job_body(10_000_000 + k)) for k in range(200)], clients=clients, path="/api/v1/jobs")
-        results.append(measure(web, url, key, label="one by one", jobs=jobs, clients=clients, batch=0))
+        common = {"jobs": jobs, "clients": clients}
+        results.append(measure(web, url, key, label=f"{label}: one by one", batch=0, **common))
         results.append(
-            measure(
-                web, url, key, label="one by one, Idempotency-Key", jobs=jobs, clients=clients, batch=0, idempotent=True
-            )
+            measure(web, url, key, label=f"{label}: one by one, Idempotency-Key", batch=0, idempotent=True, **common)
         )
-        if batch_jobs:
-            results.append(
-                measure(
-                    web, url, key, label=f"batch of {batch_size}", jobs=batch_jobs, clients=clients, batch=batch_size
+        probe = drive(url, key, [(0, {"jobs": [job_body(20_000_000)]})], clients=1, path="/api/v1/jobs/batch")
+        if batch_jobs and 201 in probe["statuses"]:
+            for size in dict.fromkeys([batch_size, 1000]):
+                results.append(
+                    measure(
+                        web, url, key, label=f"{label}: batches of {size}", jobs=batch_jobs, clients=clients, batch=size
+                    )
                 )
-            )
         web.stop()
+    return results
+
+
+def run(
+    *,
+    variants: list[tuple[str, Path]],
+    rounds: int,
+    jobs: int,
+    batch_jobs: int,
+    clients: int,
+    batch_size: int,
+    web_env: dict[str, str],
+) -> list[dict]:
+    """Every variant (tree) in turn, `rounds` times, interleaved: on a shared machine the load
+    drifts, so trees are compared within a round."""
+    ensure_database()
+    results = []
+    for round_number in range(rounds):
+        for label, code in variants:
+            name = f"{label} (round {round_number + 1})" if rounds > 1 else label
+            results += run_variant(
+                code=code,
+                label=name,
+                jobs=jobs,
+                batch_jobs=batch_jobs,
+                clients=clients,
+                batch_size=batch_size,
+                web_env=web_env,
+            )
     reset_state()
     return results
 
@@ -273,6 +310,8 @@ def main() -> None:
     parser.add_argument("--batch-jobs", type=int, help="jobs made in batches (default 20,000; --quick 5,000; 0: none)")
     parser.add_argument("--batch-size", type=int, default=100, help="jobs per batch request (default 100)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    parser.add_argument("--code", type=Path, help="another Chime tree to run the same way, interleaved (a baseline)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every variant, interleaved (default 1)")
     parser.add_argument("--web-env", action="append", default=[], metavar="NAME=VALUE", help="extra env of the web")
     args = parser.parse_args()
     jobs = args.jobs or (1000 if args.quick else 4000)
@@ -280,7 +319,16 @@ def main() -> None:
     if not args.no_setup:
         ensure_database()
     web_env = dict(item.split("=", 1) for item in args.web_env)
-    results = run(jobs=jobs, batch_jobs=batch_jobs, clients=args.clients, batch_size=args.batch_size, web_env=web_env)
+    variants = [("this tree", ROOT)] + ([(f"{args.code}", args.code.resolve())] if args.code else [])
+    results = run(
+        variants=variants,
+        rounds=args.rounds,
+        jobs=jobs,
+        batch_jobs=batch_jobs,
+        clients=args.clients,
+        batch_size=args.batch_size,
+        web_env=web_env,
+    )
     load = Path("/proc/loadavg").read_text().split()[:3]
     note = f"Load average at the end: {' '.join(load)}." + (f" Web env: {web_env}." if web_env else "")
     report(results, args.md, note)
