@@ -286,13 +286,13 @@ def verify_partitions(sample: int = 1000) -> None:
 class Process:
     """A real process in its own process group; stop() = SIGTERM to the group, then SIGKILL."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str]):
+    def __init__(self, name: str, args: list[str], env: dict[str, str], cwd: Path | None = None):
         LOGS.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.log_path = LOGS / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
         self.popen = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            args, cwd=cwd or ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         _STARTED.append(self)
 

@@ -2,6 +2,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
+from .schema import NO_NUL_PATTERN
+
 
 class IdCursorPagination(CursorPagination):
     """Newest first by UUIDv7 id (time-ordered and unique): stable under concurrent inserts."""
@@ -28,7 +30,8 @@ class IdCursorPagination(CursorPagination):
                 "required": False,
                 "in": "query",
                 "description": "Opaque: the `next` link of the previous page carries it.",
-                "schema": {"type": "string"},
+                # No cursor holds a NUL (GET /runs answers one with a 400, cursor: Null characters...).
+                "schema": {"type": "string", "pattern": NO_NUL_PATTERN},
             },
             {
                 "name": self.page_size_query_param,

@@ -83,17 +83,25 @@ class QuotaExceeded(Exception):
 
 def lock_tenant(tenant_id) -> None:
     """Serialize the count-then-create of one tenant's jobs or keys (inside the caller's
-    transaction), so two concurrent creates cannot both take the last slot."""
-    Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk").first()
+    transaction), so two concurrent creates cannot both take the last slot.
+
+    FOR NO KEY UPDATE, not FOR UPDATE: it conflicts with itself (the serialization) but not with
+    the FOR KEY SHARE that every insert of a row pointing at the tenant takes (a job, a run, a
+    key). So a create may insert its rows first and lock last, right before its commit (the lock is
+    then held for the count and the commit only), and the scheduler's run inserts never wait for
+    an API create, nor the other way round."""
+    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant_id).values_list("pk").first()
 
 
-def check_job_count(tenant_id, *, current: int) -> None:
+def check_job_count(tenant, *, current: int, adding: int = 1) -> None:
     """`current`: the tenant's jobs that are not deleted or completed (paused ones count: they can
-    be resumed or triggered at any moment)."""
-    limit = effective_limits(tenant_id).max_jobs
-    if current >= limit:
+    be resumed or triggered at any moment), not counting the `adding` jobs being created.
+    `tenant`: an id or a Tenant (see effective_limits)."""
+    limit = effective_limits(tenant).max_jobs
+    if current + adding > limit:
+        more = f"; {adding} more would exceed it" if adding > 1 else ": delete one first"
         raise QuotaExceeded(
-            f"This tenant has {current} jobs, its limit (max_jobs) is {limit}: delete one first.",
+            f"This tenant has {current} jobs, its limit (max_jobs) is {limit}{more}.",
             limit="max_jobs",
             value=limit,
             status=403,
@@ -130,9 +138,10 @@ def max_backfill_runs(tenant_id) -> int:
     return effective_limits(tenant_id).max_backfill_runs
 
 
-def check_retry_policy(tenant_id, *, max_attempts: int, initial_backoff_seconds: int) -> None:
-    """Fields are the JobDefinition's (retry_max_attempts, retry_initial_backoff_seconds)."""
-    limits = effective_limits(tenant_id)
+def check_retry_policy(tenant, *, max_attempts: int, initial_backoff_seconds: int) -> None:
+    """Fields are the JobDefinition's (retry_max_attempts, retry_initial_backoff_seconds).
+    `tenant`: an id or a Tenant (see effective_limits)."""
+    limits = effective_limits(tenant)
     if max_attempts > limits.max_retry_attempts:
         raise QuotaExceeded(
             f"At most {limits.max_retry_attempts} attempts for this tenant (limit max_retry_attempts).",
@@ -162,10 +171,20 @@ def _raise_throttled(decision: Decision, *, limit: str, value, what: str) -> Non
         )
 
 
-def take_api_request(tenant: Tenant) -> None:
-    """One API request of the tenant, whichever key made it: the budget is the tenant's."""
+def take_api_request(tenant: Tenant, *, weight: int = 1) -> None:
+    """One API request of the tenant, whichever key made it: the budget is the tenant's.
+    `weight`: a request that counts as that many (a batch create, docs/api.md#batch-create)."""
     rate = effective_limits(tenant).api_rate
-    decision = acquire(f"api:{tenant.pk}", limit=rate.count, ttl_seconds=rate.seconds)
+    if weight > rate.count:
+        raise QuotaExceeded(
+            f"This request counts as {weight} API requests, more than this tenant's whole API rate limit "
+            f"(api_rate: {rate}) allows in a window: send it in smaller parts.",
+            limit="api_rate",
+            value=str(rate),
+            status=400,
+            field="jobs",
+        )
+    decision = acquire(f"api:{tenant.pk}", limit=rate.count, ttl_seconds=rate.seconds, cost=weight)
     _raise_throttled(decision, limit="api_rate", value=rate, what="Over this tenant's API rate limit")
 
 

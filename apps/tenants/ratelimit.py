@@ -68,13 +68,19 @@ ACQUIRE_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
+local cost = tonumber(ARGV[4] or '1')
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) + cost <= tonumber(ARGV[3]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  for i = 2, cost do
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[1] .. ':' .. i)
+  end
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, 0}
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+-- Refused: wait until enough slots have expired for this cost (for one slot, the oldest).
+local need = redis.call('ZCARD', KEYS[1]) + cost - tonumber(ARGV[3])
+local first = redis.call('ZRANGE', KEYS[1], need - 1, need - 1, 'WITHSCORES')
 return {0, tonumber(first[2]) - now}
 """
 
@@ -98,23 +104,24 @@ def _key(name: str) -> str:
     return f"chime:limit:{name}"
 
 
-def acquire(name: str, *, limit: int, ttl_seconds: float, member: str | None = None) -> Decision:
+def acquire(name: str, *, limit: int, ttl_seconds: float, member: str | None = None, cost: int = 1) -> Decision:
     """Take (or renew) one of `limit` slots of `name` for `ttl_seconds`. Without `member`, a new
-    one-off member: a hit of a rate limit."""
+    one-off member: a hit of a rate limit. `cost`: take that many slots at once, all or none (a
+    batch request that weighs as several; new members only)."""
     member = member or uuid.uuid4().hex
     ttl_ms = max(int(ttl_seconds * 1000), 1)
-    if limit <= 0:
+    if limit <= 0 or cost > limit:
         return Decision(False, max(math.ceil(ttl_seconds), 1))
     if settings.REDIS_URL:
         try:
-            allowed, wait_ms = _redis_script()(keys=[_key(name)], args=[member, ttl_ms, limit])
+            allowed, wait_ms = _redis_script()(keys=[_key(name)], args=[member, ttl_ms, limit, cost])
         except Exception:
             # Fail open: a Redis outage must not lock every tenant out of the API and the dashboard
             # (docs/api.md#limits-and-quotas). Logged, so the outage is seen.
             logger.warning("rate limit %s not checked: Redis unavailable", name.split(":")[0], exc_info=True)
             return Decision(True)
         return Decision(bool(allowed), 0 if allowed else max(math.ceil(int(wait_ms) / 1000), 1))
-    return _acquire_local(_key(name), member, limit, ttl_ms / 1000)
+    return _acquire_local(_key(name), member, limit, ttl_ms / 1000, cost)
 
 
 def release(name: str, member: str) -> None:
@@ -131,7 +138,7 @@ def release(name: str, member: str) -> None:
         _local.get(_key(name), {}).pop(member, None)
 
 
-def _acquire_local(key: str, member: str, limit: int, ttl: float) -> Decision:
+def _acquire_local(key: str, member: str, limit: int, ttl: float, cost: int = 1) -> Decision:
     now = time.monotonic()
     with _local_lock:
         if len(_local) > 10_000:  # many accounts and addresses: forget the keys with nothing held
@@ -141,10 +148,13 @@ def _acquire_local(key: str, member: str, limit: int, ttl: float) -> Decision:
         for held, expires in list(slots.items()):
             if expires <= now:
                 del slots[held]
-        if member in slots or len(slots) < limit:
+        if member in slots or len(slots) + cost <= limit:
             slots[member] = now + ttl
+            for extra in range(2, cost + 1):
+                slots[f"{member}:{extra}"] = now + ttl
             return Decision(True)
-        return Decision(False, max(math.ceil(min(slots.values()) - now), 1))
+        need = len(slots) + cost - limit  # expiries to wait for (for one slot: the oldest)
+        return Decision(False, max(math.ceil(sorted(slots.values())[need - 1] - now), 1))
 
 
 def reset_local() -> None:

@@ -243,6 +243,8 @@ REST_FRAMEWORK = {
 }
 # Request bodies above this get 413 (a job with its webhook body is far smaller).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("CHIME_API_MAX_BODY_BYTES", default=256 * 1024)
+# ... except POST /api/v1/jobs/batch: up to 1,000 jobs (docs/api.md#batch-create).
+CHIME_API_MAX_BATCH_BODY_BYTES = env.int("CHIME_API_MAX_BATCH_BODY_BYTES", default=8 * 1024 * 1024)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Chime API",
     "DESCRIPTION": "Distributed cron with webhooks you cannot lose. See docs/api.md.",

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.django_db
 # "collection": B's own view; A's ids must not appear. "public": no tenant data at all.
 ROUTES = {
     "api:job-list": "collection",
+    "api:job-batch": "collection",  # creates B's own jobs only (tests/api/test_jobs_batch.py)
     "api:job-detail": "object",
     "api:job-pause": "object",
     "api:job-resume": "object",

@@ -142,33 +142,37 @@ class JobInputSerializer(StrictSerializer):
 
     def to_model_fields(self) -> dict:
         """The validated contract as JobDefinition fields (plus `enabled`) for apps.jobs.services."""
-        data = self.validated_data
-        schedule, target, retry = data["schedule"], data["target"], data["retry"]
-        return {
-            "name": data["name"],
-            "schedule_type": schedule["type"],
-            "cron_expression": schedule.get("expression", ""),
-            "timezone": schedule.get("timezone") or "UTC",
-            "run_at": schedule.get("run_at"),
-            "target_url": target["url"],
-            "target_method": target["method"],
-            "target_headers": target["headers"],
-            "secret_header_names": target["secret_headers"],
-            "target_body": target.get("body"),
-            "priority": data["priority"],
-            "timeout_seconds": data["timeout_seconds"],
-            "retry_max_attempts": retry["max_attempts"],
-            "retry_initial_backoff_seconds": retry["initial_backoff_seconds"],
-            "retry_max_backoff_seconds": retry["max_backoff_seconds"],
-            "enabled": data["enabled"],
-            "dst_gap": data["dst_policy"]["gap"],
-            "dst_overlap": data["dst_policy"]["overlap"],
-            "misfire_policy": data["misfire_policy"],
-            "catch_up_limit": data["catch_up_limit"],
-            "jitter_seconds": data["jitter_seconds"],
-            "concurrency_policy": data["concurrency_policy"],
-            "failure_threshold": data["failure_threshold"],
-        }
+        return job_model_fields(self.validated_data)
+
+
+def job_model_fields(data: dict) -> dict:
+    """Validated job input (JobInputSerializer's validated data) as JobDefinition fields plus `enabled`."""
+    schedule, target, retry = data["schedule"], data["target"], data["retry"]
+    return {
+        "name": data["name"],
+        "schedule_type": schedule["type"],
+        "cron_expression": schedule.get("expression", ""),
+        "timezone": schedule.get("timezone") or "UTC",
+        "run_at": schedule.get("run_at"),
+        "target_url": target["url"],
+        "target_method": target["method"],
+        "target_headers": target["headers"],
+        "secret_header_names": target["secret_headers"],
+        "target_body": target.get("body"),
+        "priority": data["priority"],
+        "timeout_seconds": data["timeout_seconds"],
+        "retry_max_attempts": retry["max_attempts"],
+        "retry_initial_backoff_seconds": retry["initial_backoff_seconds"],
+        "retry_max_backoff_seconds": retry["max_backoff_seconds"],
+        "enabled": data["enabled"],
+        "dst_gap": data["dst_policy"]["gap"],
+        "dst_overlap": data["dst_policy"]["overlap"],
+        "misfire_policy": data["misfire_policy"],
+        "catch_up_limit": data["catch_up_limit"],
+        "jitter_seconds": data["jitter_seconds"],
+        "concurrency_policy": data["concurrency_policy"],
+        "failure_threshold": data["failure_threshold"],
+    }
 
 
 class BlankAsNullCharField(serializers.CharField):
