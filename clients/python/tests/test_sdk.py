@@ -57,6 +57,17 @@ def test_an_idempotency_key_returns_the_first_job(chime):
         make(chime, "another body", idempotency_key="create-once")
 
 
+def test_create_many_is_all_or_none_with_each_bad_items_fields(chime):
+    jobs = [{"name": f"bulk-{i}", "schedule": YEARLY, "target": TARGET} for i in range(3)]
+    created = chime.jobs.create_many(jobs)["jobs"]
+    assert [job["name"] for job in created] == ["bulk-0", "bulk-1", "bulk-2"]
+    bad = [*jobs, {"name": "bad", "schedule": {"type": "cron", "expression": "61 * * * *"}, "target": TARGET}]
+    with pytest.raises(ValidationError) as invalid:
+        chime.jobs.create_many([{**job, "name": f"second-{i}"} for i, job in enumerate(bad)])
+    assert "jobs.3.schedule.expression" in invalid.value.fields
+    assert len(list(chime.jobs.list())) == 3, "nothing of the refused batch was created"
+
+
 def test_trigger_runs_cancel_backfill_and_replay_refusal(chime):
     job = make(chime, "manual")
     run = chime.jobs.trigger(job["id"])

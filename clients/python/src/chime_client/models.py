@@ -135,6 +135,18 @@ class Job(TypedDict):
     updated_at: str
 
 
+class JobBatch(TypedDict):
+    """The jobs created, in the order they were sent."""
+
+    jobs: list[Job]
+
+
+class JobBatchInputRequest(TypedDict):
+    """The jobs to create, all or none (each as in POST /jobs)."""
+
+    jobs: list[JobInputRequest]
+
+
 class JobDetail(TypedDict):
     """A job with its 20 most recent runs, newest first."""
 
