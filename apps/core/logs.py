@@ -76,3 +76,15 @@ class ChimeJsonFormatter(JsonFormatter):
         for name, value in list(log_data.items()):
             if name in CONTEXT_FIELDS and value is not None and not isinstance(value, (int, float, bool, str)):
                 log_data[name] = str(value)  # UUIDs as their string
+
+
+def log_fields(run) -> dict:
+    """The `extra=` of a line about one run: its tenant, job, id (= webhook-id), attempt, partition."""
+    return {
+        "tenant_id": run.tenant_id,
+        "job_id": run.definition_id,
+        "run_id": run.id,
+        "webhook_id": str(run.id),
+        "attempt": run.attempt_count,
+        "partition": run.partition,
+    }

@@ -150,7 +150,7 @@ def describe_error(exc: Exception, request: WebhookRequest) -> tuple[str, str]:
     if isinstance(exc, ValueError):
         # e.g. CR/LF in a header value: a configuration problem, not retryable.
         return f"invalid request: {exc}", ERROR_INVALID_TARGET
-    logger.exception("unexpected error delivering webhook %s", request.key)
+    logger.exception("unexpected error delivering webhook %s", request.key, extra={"webhook_id": request.key})
     return f"unexpected error: {type(exc).__name__}: {exc}", ERROR_NETWORK
 
 

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from apps.core import tracing
 from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
+from apps.core.logs import log_fields
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
 from apps.jobs.secrets import redact_headers
 from apps.jobs.transitions import Event, move, succeed_mine
@@ -188,7 +189,9 @@ def _locked(lock_jobs, deliveries: list[tuple]):
 
 def _record_stripped(delivery: tuple, *, owner: str, now: datetime, lock_jobs=None) -> dict[str, int]:
     run = delivery[0]
-    logger.exception("recording the outcome of run %s failed; recording a stripped attempt", run.id)
+    logger.exception(
+        "recording the outcome of run %s failed; recording a stripped attempt", run.id, extra=log_fields(run)
+    )
     with transaction.atomic():
         failing_jobs = _locked(lock_jobs, [delivery])
         return _record([delivery], owner=owner, now=now, stripped=True, failing_jobs=failing_jobs)

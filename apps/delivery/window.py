@@ -34,6 +34,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.core.dbretry import TRANSIENT, with_db_retry
+from apps.core.logs import log_fields
 from apps.jobs.models import ConcurrencyPolicy, JobRun, RunStatus
 
 from .claiming import claim_runs, lease_expiry
@@ -307,7 +308,9 @@ class Window:
             try:
                 request = build_request(run, secrets=secrets[run.tenant_id], now=now)
             except Exception as exc:
-                logger.warning("run %s: request could not be built: %s", run.id, type(exc).__name__)
+                logger.warning(
+                    "run %s: request could not be built: %s", run.id, type(exc).__name__, extra=log_fields(run)
+                )
                 try:
                     with_db_retry(
                         lambda run=run, exc=exc: fail_unbuildable(run, exc, owner=owner, now=timezone.now()),
@@ -315,7 +318,11 @@ class Window:
                         deadline_seconds=_patience(),
                     )
                 except Exception:
-                    logger.exception("run %s: could not record why it failed; the lease sweep takes over", run.id)
+                    logger.exception(
+                        "run %s: could not record why it failed; the lease sweep takes over",
+                        run.id,
+                        extra=log_fields(run),
+                    )
                 release([run_id], {RunStatus.FAILED: 1})
                 continue
             flights.append(Flight(row=by_id[run_id], run=run, request=request, owner=owner))

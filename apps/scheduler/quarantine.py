@@ -73,7 +73,11 @@ def quarantine_definitions(
             paused += 1
             transaction.on_commit(
                 lambda d=definition, r=reason: logger.warning(
-                    "quarantined job %s of tenant %s: %s", d.id, d.tenant_id, r
+                    "quarantined job %s of tenant %s: %s",
+                    d.id,
+                    d.tenant_id,
+                    r,
+                    extra={"job_id": d.id, "tenant_id": d.tenant_id, "partition": d.partition},
                 )
             )
     return paused

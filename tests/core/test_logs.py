@@ -26,12 +26,12 @@ def json_lines():
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    yield logger, lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    yield logger, lambda: [json.loads(line) for line in stream.getvalue().splitlines()], handler
     logger.removeHandler(handler)
 
 
 def test_a_line_carries_the_fields_bound_around_it(json_lines):
-    logger, lines = json_lines
+    logger, lines, _ = json_lines
     tenant_id, run_id = uuid.uuid4(), uuid.uuid4()
     with log_context(tenant_id=tenant_id, run_id=run_id, partition=7):
         logger.info("delivered %s", "it", extra={"attempt": 2, "webhook_id": str(run_id)})
@@ -45,7 +45,7 @@ def test_a_line_carries_the_fields_bound_around_it(json_lines):
 
 
 def test_secrets_headers_and_bodies_never_reach_a_line(json_lines):
-    logger, lines = json_lines
+    logger, lines, _ = json_lines
     logger.warning(
         "refused",
         extra={
@@ -65,7 +65,7 @@ def test_secrets_headers_and_bodies_never_reach_a_line(json_lines):
 
 
 def test_process_fields_reach_lines_logged_from_other_threads(json_lines):
-    logger, lines = json_lines
+    logger, lines, _ = json_lines
     bind(worker="host-a:1234")
     thread = threading.Thread(target=lambda: logger.info("from the recorder thread"))
     thread.start()
@@ -109,3 +109,24 @@ def test_an_unknown_log_format_stops_the_process_with_a_message():
     )
     assert answer.returncode != 0
     assert "LOG_FORMAT must be 'plain' or 'json', not 'xml'" in answer.stderr
+
+
+@pytest.mark.django_db
+def test_a_quarantine_line_names_its_job_tenant_and_partition(json_lines, tenant, django_capture_on_commit_callbacks):
+    from django.utils import timezone
+
+    from apps.scheduler.quarantine import quarantine_definitions
+    from tests.factories import JobFactory
+
+    _, lines, handler = json_lines
+    job = JobFactory(tenant=tenant)
+    scheduler_logger = logging.getLogger("apps.scheduler")
+    scheduler_logger.addHandler(handler)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            quarantine_definitions([(job, ValueError("boom"))], now=timezone.now())
+    finally:
+        scheduler_logger.removeHandler(handler)
+    (line,) = [line for line in lines() if line["message"].startswith("quarantined job")]
+    assert (line["job_id"], line["tenant_id"], line["partition"]) == (str(job.id), str(tenant.id), job.partition)
+    assert job.target_url not in json.dumps(line), "never the target"
