@@ -63,7 +63,7 @@ from bench.common import (
     utcnow,
     wait_for,
 )
-from bench.pgcost import BackendCpu, WalCounter
+from bench.pgcost import BackendCpu, WalCounter, aux_pids, db_stats, relation_bytes
 from bench.shop import DONE_KEY
 
 SHOP = "bench.shop.settings"
@@ -72,6 +72,8 @@ PROFILES = ("instant", "realistic")
 HOSTS = 10
 TENANTS = 20
 TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
+# What the design stores per run (beat stores its entries, whatever the runs).
+TABLES = {"chime": ("jobs_jobrun", "jobs_runattempt"), "handrolled": ("shop_webhook",), "beat": ()}
 
 
 class Receiver(Process):
@@ -134,14 +136,16 @@ def start_beat() -> Process:
     return Process("peers-beat", args, bench_env(SHOP))
 
 
-def load_chime(receiver: Receiver, *, n: int, profile: str, fire_at: datetime, tenants: list) -> None:
-    """N once jobs (COPY of a job_create() row), then each row's own URL, 10 s timeout, 1 attempt."""
+def load_chime(receiver: Receiver, *, n: int, profile: str, fire_at: datetime, tenants: list) -> float:
+    """N once jobs (COPY of a job_create() row), then each row's own URL, 10 s timeout, 1 attempt.
+    Returns the bytes per definition as loaded (before that UPDATE leaves a dead version of each row)."""
     text = copy_text_time(fire_at)
     copy_definitions(
         tenant=tenants[0], tenants=tenants, target_url=receiver.url(0, profile),
         fire_texts=(text for _ in range(n)), count=n, name_prefix="peer",
     )  # fmt: skip
     with pg_connect() as conn:
+        per_definition = relation_bytes(conn, ("jobs_jobdefinition",)) / n
         conn.execute(
             "UPDATE jobs_jobdefinition SET timeout_seconds = 10, retry_max_attempts = 1, target_url = "
             "format('http://127.0.0.%%s:%%s/%%s/%%s', 1 + split_part(name, '-', 2)::int %% %s, %s::int, %s::text, "
@@ -149,6 +153,7 @@ def load_chime(receiver: Receiver, *, n: int, profile: str, fire_at: datetime, t
             [HOSTS, receiver.port, profile],
         )
         conn.execute("VACUUM ANALYZE jobs_jobdefinition")
+    return per_definition
 
 
 def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float, tenants: list) -> dict:
@@ -171,7 +176,7 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
         fire_at = (utcnow() + timedelta(seconds=lead + n / 5_000)).replace(microsecond=0)
         log(f"peers: {design}/{profile}: loading {n:,} webhooks due at {fire_at:%H:%M:%S}")
         if design == "chime":
-            load_chime(receiver, n=n, profile=profile, fire_at=fire_at, tenants=tenants)
+            result["definition_bytes"] = load_chime(receiver, n=n, profile=profile, fire_at=fire_at, tenants=tenants)
         elif design == "handrolled":
             with pg_connect() as conn:
                 handrolled.load(conn, urls=[receiver.url(k, profile) for k in range(n)], fire_at=fire_at)
@@ -185,6 +190,7 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
         meter = CpuMeter(
             {
                 "postgres (all)": lambda: pids_named("postgres"),
+                "postgres aux": aux_pids,
                 "workers": workers.group_pids,
                 "scheduler": lambda: [scheduler.pid],
                 "receiver": lambda: [receiver.pid],
@@ -195,6 +201,7 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
             backends = BackendCpu(conn)
             time.sleep(max(0.0, t_fire - time.time()))
             wal = WalCounter(conn)
+            stats0 = db_stats(conn)
             meter.start()
             backends.start()
             wal.start()
@@ -214,9 +221,16 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
             wal.poll()
             meter.stop()
             result["done"] = finished(design, conn)
+            time.sleep(1.1)  # PostgreSQL flushes its per-database counters about once a second
+            stats1 = db_stats(conn)
+            result["db_stats"] = {k: stats1[k] - stats0[k] for k in stats0}
+            result["table_bytes"] = relation_bytes(conn, TABLES[design]) if TABLES[design] else None
             result.update(wal=wal.totals, wal_all=wal.server_bytes, wal_lost_ranges=wal.lost_ranges)
         result.update(cpu=meter.used, wall=meter.wall, reached=reached)
         result["cpu"]["postgres (this db)"] = backends.seconds
+        # The WAL writer, checkpointer and bgwriter serve every database: this one's share of the WAL.
+        share = result["wal"]["bytes"] / result["wal_all"] if result["wal_all"] else 0.0
+        result["cpu"]["postgres aux (share)"] = result["cpu"]["postgres aux"] * min(1.0, share)
         records = receiver.records()
         if scheduler is not None:
             scheduler.stop()
@@ -279,7 +293,9 @@ MAIN_HEADERS = [
 ]  # fmt: skip
 RAW_HEADERS = [
     "design", "receiver", "wall", "postgres (this db)", "postgres (all sessions)", "workers", "scheduler",
-    "receiver", "redis", "WAL (this db)", "WAL (whole server)", "WAL records/run", "of it full-page images",
+    "receiver", "redis", "postgres aux (WAL share)", "WAL (this db)", "WAL (whole server)", "WAL records/run",
+    "of it full-page images",
+    "commits/run", "rows inserted + updated/run", "run tables/run",
 ]  # fmt: skip
 
 
@@ -303,8 +319,12 @@ def raw_row(r: dict) -> list:
     return [
         r["design"], r["profile"], fmt(r["wall"], " s", 1),
         *(fmt(cpu[g], " s", 1) for g in (PG, "postgres (all)", "workers", "scheduler", "receiver", "redis")),
+        fmt(cpu.get("postgres aux (share)"), " s", 2),
         fmt(wal["bytes"] / 1e6, " MB", 1), fmt(r["wal_all"] / 1e6, " MB", 1), fmt(wal["records"] / runs, "", 1),
         f"{100 * wal['fpi_bytes'] / max(1, wal['bytes']):.0f} %",
+        fmt(r["db_stats"]["xact_commit"] / runs, "", 2),
+        fmt((r["db_stats"]["tup_inserted"] + r["db_stats"]["tup_updated"]) / runs, "", 1),
+        fmt(r["table_bytes"] / r["n"], " B", 0) if r["table_bytes"] else "—",
     ]  # fmt: skip
 
 

@@ -123,3 +123,36 @@ class WalCounter:
             self.totals[key] += value
         self.server_bytes += int(self.conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end, self.last]).fetchone()[0])
         self.last = end
+
+
+STAT_COLUMNS = ("xact_commit", "tup_inserted", "tup_updated", "tup_deleted", "blks_read", "blks_hit")
+
+
+def db_stats(conn) -> dict[str, int]:
+    """pg_stat_database counters of this database (flushed by PostgreSQL about once a second)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        f"SELECT {', '.join(STAT_COLUMNS)} FROM pg_stat_database WHERE datname = current_database()"  # noqa: S608
+    ).fetchone()
+    return dict(zip(STAT_COLUMNS, (int(v) for v in row), strict=True))
+
+
+def relation_bytes(conn, tables: tuple[str, ...]) -> int:
+    """Heap + indexes + TOAST of the tables."""
+    return sum(conn.execute("SELECT pg_total_relation_size(%s)", [t]).fetchone()[0] for t in tables)
+
+
+AUX = ("walwriter", "checkpointer", "background writer")
+
+
+def aux_pids() -> list[int]:
+    """PostgreSQL's WAL writer, checkpointer and background writer (shared by every database: the
+    bench attributes them by its share of the server's WAL)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if title.startswith("postgres: ") and any(name in title for name in AUX):
+                    pids.append(int(entry.name))
+    return pids
