@@ -60,8 +60,8 @@ ASSUMED = {
     "partitions": Input(64, "config/settings/base.py CHIME_PARTITIONS", "scheduler partitions (max schedulers)"),
     "primary_cores": Input(64, "assumption: one large primary (64 vCPU)", "cores of the biggest primary"),
     "primary_wal_mbps": Input(150, "assumption: WAL a primary and its replicas sustain", "MB/s of WAL"),
-    "page_writes_per_run": Input(2.0, "assumption: heap + index pages dirtied per run, after coalescing",
-                                 "8 KiB data page writes per run"),
+    "page_write_factor": Input(2.0, "assumption: index pages and pages rewritten in later checkpoints",
+                               "data page writes = run bytes / 8 KiB x this"),
     "retention_days": Input(7, "assumption: run history kept online", "days of runs kept"),
 }  # fmt: skip
 
@@ -147,7 +147,7 @@ def need(args, fires: float, *, pg_ms: float, worker_ms: float, wal: float, wind
         wal_mbps=wal_mbps,
         primaries_by_wal=math.ceil(wal_mbps / args.primary_wal_mbps),
         fsyncs=fires * args.commits,
-        data_iops=fires * args.page_writes_per_run,
+        data_iops=fires * args.run_bytes / 8192 * args.page_write_factor,
         broker_messages=fires / chunk,
         redis_ops=fires / chunk * args.redis_ops_per_message,
         connections=int(workers * args.worker_pool + max(1, schedulers) * args.scheduler_pool),

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as `pyt
 
 from bench import handrolled
 from bench.common import (
+    BENCH_DSN,
     LOGS,
     PYTHON,
     ROOT,
@@ -198,7 +199,7 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
             }
         )
         with pg_connect() as conn:
-            backends = BackendCpu(conn)
+            backends = BackendCpu(BENCH_DSN)
             time.sleep(max(0.0, t_fire - time.time()))
             wal = WalCounter(conn)
             stats0 = db_stats(conn)
@@ -208,7 +209,6 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
             reached: dict[str, float] = {}
             while time.time() < t_fire + deadline:
                 time.sleep(0.5)
-                backends.poll()
                 wal.poll()
                 now = time.time() - t_fire
                 if receiver.count() >= n:
@@ -217,7 +217,7 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
                 if done >= n:
                     reached["recorded"] = now
                     break
-            backends.poll()
+            backend_seconds = backends.stop()
             wal.poll()
             meter.stop()
             result["done"] = finished(design, conn)
@@ -227,7 +227,7 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
             result["table_bytes"] = relation_bytes(conn, TABLES[design]) if TABLES[design] else None
             result.update(wal=wal.totals, wal_all=wal.server_bytes, wal_lost_ranges=wal.lost_ranges)
         result.update(cpu=meter.used, wall=meter.wall, reached=reached)
-        result["cpu"]["postgres (this db)"] = backends.seconds
+        result["cpu"]["postgres (this db)"] = backend_seconds
         # The WAL writer, checkpointer and bgwriter serve every database: this one's share of the WAL.
         share = result["wal"]["bytes"] / result["wal_all"] if result["wal_all"] else 0.0
         result["cpu"]["postgres aux (share)"] = result["cpu"]["postgres aux"] * min(1.0, share)
@@ -295,8 +295,12 @@ RAW_HEADERS = [
     "design", "receiver", "wall", "postgres (this db)", "postgres (all sessions)", "workers", "scheduler",
     "receiver", "redis", "postgres aux (WAL share)", "WAL (this db)", "WAL (whole server)", "WAL records/run",
     "of it full-page images",
-    "commits/run", "rows inserted + updated/run", "run tables/run",
+    "commits/run", "rows inserted + updated/run", "connections opened/run", "run tables/run",
 ]  # fmt: skip
+
+
+def label(r: dict) -> str:
+    return r["design"] + (f" (round {r['round']})" if r.get("rounds", 1) > 1 else "")
 
 
 def main_row(r: dict, chime: dict | None) -> list:
@@ -305,7 +309,7 @@ def main_row(r: dict, chime: dict | None) -> list:
     per = {g: ms_per_run(r, g) for g in (PG, "workers", "scheduler")}
     base = {g: chime and ms_per_run(chime, g) for g in (PG, "workers")}
     return [
-        r["design"], r["profile"], f"{r['n']:,}", delivered, fmt(r["t_delivered"], " s", 1), fmt(r["rate"], "/s", 0),
+        label(r), r["profile"], f"{r['n']:,}", delivered, fmt(r["t_delivered"], " s", 1), fmt(r["rate"], "/s", 0),
         ratio(r["rate"], chime and chime["rate"]), fmt(r["reached"].get("recorded"), " s", 1),
         ("≥ " if cens["p50"] else "") + fmt(lag["p50"], " s"), ("≥ " if cens["p99"] else "") + fmt(lag["p99"], " s"),
         f"{r['duplicates']:,}", fmt(per[PG], " ms"), ratio(per[PG], base[PG]), fmt(per["workers"], " ms"),
@@ -317,19 +321,22 @@ def main_row(r: dict, chime: dict | None) -> list:
 def raw_row(r: dict) -> list:
     cpu, wal, runs = r["cpu"], r["wal"], runs_of(r)
     return [
-        r["design"], r["profile"], fmt(r["wall"], " s", 1),
+        label(r), r["profile"], fmt(r["wall"], " s", 1),
         *(fmt(cpu[g], " s", 1) for g in (PG, "postgres (all)", "workers", "scheduler", "receiver", "redis")),
         fmt(cpu.get("postgres aux (share)"), " s", 2),
         fmt(wal["bytes"] / 1e6, " MB", 1), fmt(r["wal_all"] / 1e6, " MB", 1), fmt(wal["records"] / runs, "", 1),
         f"{100 * wal['fpi_bytes'] / max(1, wal['bytes']):.0f} %",
         fmt(r["db_stats"]["xact_commit"] / runs, "", 2),
         fmt((r["db_stats"]["tup_inserted"] + r["db_stats"]["tup_updated"]) / runs, "", 1),
+        fmt(r["db_stats"].get("sessions", 0) / runs, "", 3),
         fmt(r["table_bytes"] / r["n"], " B", 0) if r["table_bytes"] else "—",
     ]  # fmt: skip
 
 
 def report(results: list[dict], rep: Report) -> None:
-    chime_of = {r["profile"]: r for r in results if r["design"] == "chime"}
+    order = {name: k for k, name in enumerate(DESIGNS)}
+    results = sorted(results, key=lambda r: (r.get("round", 1), r["profile"] != "instant", order[r["design"]]))
+    chime_of = {(r["profile"], r.get("round", 1)): r for r in results if r["design"] == "chime"}
     rep.add(
         "N webhooks due at the same second T; each design with its own processes, the same receiver URLs "
         f"(127.0.0.1-{HOSTS}) and worker concurrency 2 (prefork). runs/s = delivered / time of the last first "
@@ -339,7 +346,7 @@ def report(results: list[dict], rep: Report) -> None:
         "records of the bench database (pg_walinspect). '≥': runs not delivered by the deadline are counted at "
         "the deadline.\n"
     )
-    rep.add(table(MAIN_HEADERS, [main_row(r, chime_of.get(r["profile"])) for r in results]))
+    rep.add(table(MAIN_HEADERS, [main_row(r, chime_of.get((r["profile"], r.get("round", 1)))) for r in results]))
     rep.add(
         "\nRaw, from T to the end of each run: CPU seconds; 'all sessions' includes every other session's use "
         "of the shared server; WAL of this database and of the whole server:\n"
@@ -357,6 +364,7 @@ def main() -> None:
     parser.add_argument("--profiles", default=",".join(PROFILES), help="comma list of instant,realistic")
     parser.add_argument("--deadline", help="seconds after T: INSTANT,REALISTIC (default 90,120; --quick 40,60)")
     parser.add_argument("--lead", type=float, default=12.0, help="seconds from the start of the load to T")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat everything, the design order rotated")
     parser.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
     args = parser.parse_args()
     n = args.n or (5_000 if args.quick else 20_000)
@@ -367,16 +375,21 @@ def main() -> None:
     shop_admin("setup")
     tenants = bench_tenants(TENANTS)
     results = []
-    for profile in args.profiles.split(","):
-        for design in args.designs.split(","):
-            result = run_once(design, profile, n=n, deadline=deadline_of[profile], lead=args.lead, tenants=tenants)
-            log(
-                f"peers: {design}/{profile}: delivered {result['delivered']:,} "
-                f"(all at {fmt(result['t_delivered'])} s), "
-                f"{fmt(result['rate'], '/s', 0)}, lag p50 {fmt(result['lag']['p50'])} s, "
-                f"postgres {fmt(ms_per_run(result, PG))} ms/run"
-            )
-            results.append(result)
+    designs = args.designs.split(",")
+    for round_ in range(1, args.rounds + 1):
+        for profile in args.profiles.split(","):
+            # The machine is shared: rotate the order each round so no design always runs at the same time.
+            shift = (round_ - 1) % len(designs)
+            for design in designs[shift:] + designs[:shift]:
+                result = run_once(design, profile, n=n, deadline=deadline_of[profile], lead=args.lead, tenants=tenants)
+                log(
+                    f"peers: {design}/{profile}: delivered {result['delivered']:,} "
+                    f"(all at {fmt(result['t_delivered'])} s), "
+                    f"{fmt(result['rate'], '/s', 0)}, lag p50 {fmt(result['lag']['p50'])} s, "
+                    f"postgres {fmt(ms_per_run(result, PG))} ms/run"
+                )
+                result.update(round=round_, rounds=args.rounds)
+                results.append(result)
     reset_state()
     rep = Report("Peers: Chime, a hand-rolled scan + Celery, django-celery-beat", args.md)
     report(results, rep)

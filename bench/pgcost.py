@@ -5,9 +5,11 @@ The machine's PostgreSQL serves every session's tests and benches at once, so th
 the bench database:
 
 - **BackendCpu**: CPU seconds (utime + stime from /proc) of the backends connected to the
-  database (pg_stat_activity.datname), polled; a backend first seen after start() counts from 0.
-  A backend that exits between two polls loses its last interval (the benches' processes keep
-  their connections). PostgreSQL's shared helpers (WAL writer, checkpointer) are not included.
+  database (pg_stat_activity.datname), polled every 0.1 s by a thread of its own; a backend first
+  seen after start() counts from 0 (so its connection set-up is included). A backend that exits
+  loses at most its last 0.1 s; one that lives less than that is missed (`sessions` in db_stats
+  says how many connections were opened). PostgreSQL's shared helpers (WAL writer, checkpointer)
+  are not included.
 - **WalCounter**: the WAL records that touch the database's relations (their block references
   name its OID), plus the commit records of the transactions that wrote them, read with the
   pg_walinspect extension (PostgreSQL 15+, created in the bench database) at every poll, for the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 import psycopg
@@ -35,13 +38,26 @@ def _own_cpu(pid: int) -> float | None:
 
 
 class BackendCpu:
-    """CPU of one database's backends between start() and the last poll()."""
+    """CPU of one database's backends between start() and stop(), polled by a thread."""
 
-    def __init__(self, conn):
-        self.conn = conn
+    def __init__(self, dsn: str, interval: float = 0.1):
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.interval = interval
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
-        self.own = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval):
+            self.poll()
+
+    def stop(self) -> float:
+        self._stopping.set()
+        self._thread.join(5)
+        self.poll()
+        self.conn.close()
+        return self.seconds
 
     def _pids(self) -> list[int]:
         rows = self.conn.execute(
@@ -54,6 +70,7 @@ class BackendCpu:
             cpu = _own_cpu(pid)
             if cpu is not None:
                 self.first[pid] = self.last[pid] = cpu
+        self._thread.start()
 
     def poll(self) -> None:
         for pid in self._pids():
@@ -125,7 +142,7 @@ class WalCounter:
         self.last = end
 
 
-STAT_COLUMNS = ("xact_commit", "tup_inserted", "tup_updated", "tup_deleted", "blks_read", "blks_hit")
+STAT_COLUMNS = ("xact_commit", "tup_inserted", "tup_updated", "tup_deleted", "blks_read", "blks_hit", "sessions")
 
 
 def db_stats(conn) -> dict[str, int]:

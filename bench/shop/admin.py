@@ -56,10 +56,13 @@ def beat_load(spec: dict) -> None:
 
 
 def beat_clear() -> None:
+    """Delete every entry in one statement: the ORM's delete() sends django-celery-beat's signal per
+    row (one UPDATE of the change marker each), 20,000 round trips for a bench-sized schedule."""
     from django_celery_beat.models import ClockedSchedule, PeriodicTask, PeriodicTasks
 
-    PeriodicTask.objects.all().delete()
-    ClockedSchedule.objects.all().delete()
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {PeriodicTask._meta.db_table}")  # noqa: S608 (model table names)
+        cursor.execute(f"DELETE FROM {ClockedSchedule._meta.db_table}")  # noqa: S608
     PeriodicTasks.update_changed()
 
 
