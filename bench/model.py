@@ -33,22 +33,27 @@ class Input:
     help: str
 
 
-# Per-run costs measured by bench/peers.py (docs/benchmarks.md#peers); the source says which run.
-SOURCE = "bench/peers.py, N=20,000, instant receiver, commit 4d8b0f2 (docs/benchmarks.md#peers)"
+# Per-run costs measured by bench/peers.py (docs/benchmarks.md#peers). Chime: the realistic row of
+# bench/results/peers-chime.json (N=20,000; bench code 81a0311, apps/ as on main dbdb4ee; load
+# average 3-7 on the 2 shared cores). Hand-rolled: its instant row in the --quick run (4,992 of 5,000
+# delivered, so its costs are not diluted by rows queued but never sent; bench code d80373a).
+SOURCE = "bench/results/peers-chime.json, chime, realistic, N=20,000 (81a0311)"
+PEER = "bench/peers.py --quick, hand-rolled, instant, 4,992 runs (d80373a)"
 MEASURED = {
-    "pg_cpu_ms": Input(0.20, SOURCE, "PostgreSQL backend CPU ms per run (the bench database's backends)"),
-    "pg_aux_cpu_ms": Input(0.02, SOURCE, "WAL writer + checkpointer + bgwriter CPU ms per run (WAL share)"),
-    "worker_cpu_ms": Input(0.80, SOURCE, "Celery worker CPU ms per run (all processes of the worker)"),
-    "scheduler_cpu_ms": Input(0.08, SOURCE, "scheduler CPU ms per run (materialize + release)"),
-    "wal_bytes": Input(3400, SOURCE, "WAL bytes per run (the bench database's records, pg_walinspect)"),
-    "commits": Input(0.10, SOURCE, "transactions committed per run (pg_stat_database.xact_commit)"),
-    "run_bytes": Input(1500, SOURCE, "bytes per run in jobs_jobrun + jobs_runattempt (heap, indexes, TOAST)"),
-    "definition_bytes": Input(1200, SOURCE, "bytes per definition in jobs_jobdefinition (heap, indexes, TOAST)"),
+    "pg_cpu_ms": Input(0.69, SOURCE, "PostgreSQL backend CPU ms per run (the bench database's backends)"),
+    "pg_aux_cpu_ms": Input(0.009, SOURCE, "WAL writer + checkpointer + bgwriter CPU ms per run (WAL share)"),
+    "worker_cpu_ms": Input(1.69, SOURCE, "Celery worker CPU ms per run (all processes of the worker)"),
+    "scheduler_cpu_ms": Input(0.18, SOURCE, "scheduler CPU ms per run (materialize + release)"),
+    "wal_bytes": Input(6512, SOURCE, "WAL bytes per run (the bench database's records, pg_walinspect)"),
+    "commits": Input(0.50, SOURCE, "transactions committed per run (pg_stat_database.xact_commit)"),
+    "run_bytes": Input(1347, SOURCE, "bytes per run in jobs_jobrun + jobs_runattempt (heap, indexes, TOAST)"),
+    "definition_bytes": Input(353, SOURCE, "bytes per definition in jobs_jobdefinition (heap, indexes, TOAST)"),
     "latency_s": Input(0.377, "bench/profiles.py Realistic: mean of min(latency, 10 s timeout), 50,000 keys",
                        "mean time a request holds a slot (the realistic profile)"),
-    "peer_pg_cpu_ms": Input(0.60, SOURCE + ", hand-rolled row", "hand-rolled: PostgreSQL CPU ms per run"),
-    "peer_worker_cpu_ms": Input(5.7, SOURCE + ", hand-rolled row", "hand-rolled: worker CPU ms per run"),
-    "peer_wal_bytes": Input(900, SOURCE + ", hand-rolled row", "hand-rolled: WAL bytes per run"),
+    "peer_pg_cpu_ms": Input(0.52, PEER, "hand-rolled: PostgreSQL CPU ms per run"),
+    "peer_worker_cpu_ms": Input(4.06, PEER, "hand-rolled: worker CPU ms per run"),
+    "peer_wal_bytes": Input(1066, PEER, "hand-rolled: WAL bytes per run"),
+    "peer_run_bytes": Input(306, "bench/results/peers.json, hand-rolled (293b458)", "hand-rolled: table bytes per run"),
 }  # fmt: skip
 ASSUMED = {
     "core_busy": Input(0.6, "assumption: headroom for bursts and failover", "share of a core a process may use"),
@@ -115,6 +120,7 @@ def apply_peers(args: argparse.Namespace, results: list[dict]) -> None:
 @dataclass
 class Need:
     fires: float
+    worker_cores: float
     worker_processes: int
     worker_bound: str
     scheduler_processes: int
@@ -129,16 +135,32 @@ class Need:
     connections: int
 
 
-def need(args, fires: float, *, pg_ms: float, worker_ms: float, wal: float, window: float, chunk: float) -> Need:
+def need(
+    args,
+    fires: float,
+    *,
+    pg_ms: float,
+    worker_ms: float,
+    wal: float,
+    window: float,
+    chunk: float,
+    pool: float = 0,
+    run_bytes: float = 0,
+) -> Need:
+    """What `fires` per second need; a worker process uses at most one core (Chime's: one event loop;
+    a prefork child: one request at a time), and holds `pool` connections (default --worker-pool)."""
     busy = args.core_busy
     by_cpu = fires * worker_ms / 1000 / busy
     by_window = fires * args.latency_s / window  # Little's law: requests in flight / slots per process
     workers = math.ceil(max(by_cpu, by_window))
+    pool = pool or args.worker_pool
+    run_bytes = run_bytes or args.run_bytes
     schedulers = min(int(args.partitions), math.ceil(fires * args.scheduler_cpu_ms / 1000 / busy))
     db_cores = fires * (pg_ms + args.pg_aux_cpu_ms) / 1000 / busy
     wal_mbps = fires * wal / 1e6
     return Need(
         fires=fires,
+        worker_cores=by_cpu,
         worker_processes=workers,
         worker_bound="CPU" if by_cpu >= by_window else "in-flight requests",
         scheduler_processes=max(1, schedulers),
@@ -147,10 +169,10 @@ def need(args, fires: float, *, pg_ms: float, worker_ms: float, wal: float, wind
         wal_mbps=wal_mbps,
         primaries_by_wal=math.ceil(wal_mbps / args.primary_wal_mbps),
         fsyncs=fires * args.commits,
-        data_iops=fires * args.run_bytes / 8192 * args.page_write_factor,
+        data_iops=fires * run_bytes / 8192 * args.page_write_factor,
         broker_messages=fires / chunk,
         redis_ops=fires / chunk * args.redis_ops_per_message,
-        connections=int(workers * args.worker_pool + max(1, schedulers) * args.scheduler_pool),
+        connections=int(workers * pool + max(1, schedulers) * args.scheduler_pool),
     )
 
 
@@ -169,11 +191,12 @@ def report(args) -> str:
     chime_avg = need(args, args.average_fires, pg_ms=args.pg_cpu_ms, worker_ms=args.worker_cpu_ms,
                      wal=args.wal_bytes, window=args.window, chunk=args.chunk)  # fmt: skip
     peer_peak = need(args, args.peak_fires, pg_ms=args.peer_pg_cpu_ms, worker_ms=args.peer_worker_cpu_ms,
-                     wal=args.peer_wal_bytes, window=1, chunk=1)  # fmt: skip
+                     wal=args.peer_wal_bytes, window=1, chunk=1, pool=1, run_bytes=args.peer_run_bytes)  # fmt: skip
     columns = [("Chime, peak", chime_peak), ("Chime, average", chime_avg), ("hand-rolled, peak", peer_peak)]
     rows = [
         ["fires/s", *(fmt(n.fires) for _, n in columns)],
-        ["worker processes (1 core each)", *(f"{n.worker_processes:,} ({n.worker_bound})" for _, n in columns)],
+        ["worker cores (CPU at --core-busy)", *(fmt(n.worker_cores, 1) for _, n in columns)],
+        ["worker processes (bound by)", *(f"{n.worker_processes:,} ({n.worker_bound})" for _, n in columns)],
         ["scheduler processes", *(f"{n.scheduler_processes:,}" for _, n in columns[:2]), "(a scan loop)"],
         ["PostgreSQL cores", *(fmt(n.db_cores, 1) for _, n in columns)],
         ["primaries needed by CPU", *(f"{n.primaries_by_cpu:,}" for _, n in columns)],
@@ -183,7 +206,7 @@ def report(args) -> str:
         ["data page writes/s (IOPS)", *(fmt(n.data_iops) for _, n in columns)],
         ["broker messages/s", *(fmt(n.broker_messages) for _, n in columns)],
         ["Redis commands/s", *(fmt(n.redis_ops) for _, n in columns)],
-        ["PostgreSQL connections (pools)", *(f"{n.connections:,}" for _, n in columns[:2]), "—"],
+        ["PostgreSQL connections", *(f"{n.connections:,}" for _, n in columns)],
     ]
     runs_per_day = args.average_fires * 86400
     storage = [
