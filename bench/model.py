@@ -33,21 +33,25 @@ class Input:
     help: str
 
 
-# Per-run costs measured by bench/peers.py (docs/benchmarks.md#peers). Chime: its realistic row in
-# round 2 of bench/results/peers.json (N=20,000; bench code f11eec3, apps/ as on main dbdb4ee; load
-# average 1-3, the other sessions nearly idle: the server's WAL was 66.3 MB, the bench's 64.4 MB).
+# Per-run costs measured by bench/peers.py (docs/benchmarks.md#peers). Chime: the realistic row of
+# bench/results/peers-db-reuse-off.json (N=20,000, 15:57-15:59 UTC, bench code of 33900b6 + the
+# --chime-worker-settings flag, apps/ as on main dbdb4ee; load average 2.4-3.0 and the other
+# sessions nearly idle: the server's WAL was within 5 % of the bench's). PostgreSQL CPU is the whole
+# server's there (1.06 ms; WAL writer etc. included), because the per-backend count (0.58 ms) misses
+# the connection a worker opens every ~21 runs (docs/scaling.md "noticed on the way"); with
+# CELERY_DB_REUSE_MAX both counts agree at 0.75-0.77 ms (peers-db-reuse-on.json).
 # Hand-rolled: its instant row in the --quick run (4,992 of 5,000 delivered, so its costs are not
 # diluted by rows queued but never sent, as in the 20,000 runs; bench code d80373a).
-SOURCE = "bench/results/peers.json, round 2, chime, realistic, N=20,000 (f11eec3)"
+SOURCE = "bench/results/peers-db-reuse-off.json, chime, realistic, N=20,000"
 PEER = "bench/peers.py --quick, hand-rolled, instant, 4,992 runs (d80373a)"
 MEASURED = {
-    "pg_cpu_ms": Input(0.57, SOURCE, "PostgreSQL backend CPU ms per run (the bench database's backends)"),
-    "pg_aux_cpu_ms": Input(0.004, SOURCE, "WAL writer + checkpointer + bgwriter CPU ms per run (WAL share)"),
-    "worker_cpu_ms": Input(1.74, SOURCE, "Celery worker CPU ms per run (all processes of the worker)"),
+    "pg_cpu_ms": Input(1.06, SOURCE + ", all postgres processes", "PostgreSQL CPU ms per run (backends)"),
+    "pg_aux_cpu_ms": Input(0.0, SOURCE + " (included in --pg-cpu-ms there)", "WAL writer + checkpointer + bgwriter"),
+    "worker_cpu_ms": Input(1.78, SOURCE, "Celery worker CPU ms per run (all processes of the worker)"),
     "scheduler_cpu_ms": Input(0.10, SOURCE, "scheduler CPU ms per run (materialize + release)"),
-    "wal_bytes": Input(3222, SOURCE, "WAL bytes per run (the bench database's records, pg_walinspect)"),
-    "commits": Input(0.53, SOURCE, "transactions committed per run (pg_stat_database.xact_commit)"),
-    "run_bytes": Input(1310, SOURCE, "bytes per run in jobs_jobrun + jobs_runattempt (heap, indexes, TOAST)"),
+    "wal_bytes": Input(3203, SOURCE, "WAL bytes per run (the bench database's records, pg_walinspect)"),
+    "commits": Input(0.55, SOURCE, "transactions committed per run (pg_stat_database.xact_commit)"),
+    "run_bytes": Input(1301, SOURCE, "bytes per run in jobs_jobrun + jobs_runattempt (heap, indexes, TOAST)"),
     "definition_bytes": Input(353, SOURCE, "bytes per definition in jobs_jobdefinition (heap, indexes, TOAST)"),
     "latency_s": Input(0.377, "bench/profiles.py Realistic: mean of min(latency, 10 s timeout), 50,000 keys",
                        "mean time a request holds a slot (the realistic profile)"),

@@ -17,7 +17,7 @@ design wrote N outcomes), fire lag = arrival - scheduled time, duplicates, CPU s
 PostgreSQL, the workers and the scheduling process (from /proc) and WAL bytes per run, both of
 the bench database only (bench/pgcost.py: the server is shared with other sessions).
 
-    python -m bench.peers --quick                       # 5,000 per run, ~8 minutes
+    python -m bench.peers --quick                       # 5,000 per run, ~7 minutes
     python -m bench.peers --n 20000 --designs chime,handrolled --profiles realistic
 """
 
@@ -157,7 +157,9 @@ def load_chime(receiver: Receiver, *, n: int, profile: str, fire_at: datetime, t
     return per_definition
 
 
-def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float, tenants: list) -> dict:
+def run_once(
+    design: str, profile: str, *, n: int, deadline: float, lead: float, tenants: list, worker_settings: str = ""
+) -> dict:
     reset_state()
     with pg_connect() as conn:
         handrolled.clear(conn)
@@ -166,7 +168,8 @@ def run_once(design: str, profile: str, *, n: int, deadline: float, lead: float,
     with processes():
         receiver = Receiver()
         if design == "chime":
-            workers = start_worker(concurrency=2)
+            extra = {"DJANGO_SETTINGS_MODULE": worker_settings} if worker_settings else {}
+            workers = start_worker(concurrency=2, **extra)
             scheduler = start_scheduler("peers-scheduler")
         else:
             workers = start_shop_worker()
@@ -365,6 +368,9 @@ def main() -> None:
     parser.add_argument("--deadline", help="seconds after T: INSTANT,REALISTIC (default 90,120; --quick 40,60)")
     parser.add_argument("--lead", type=float, default=12.0, help="seconds from the start of the load to T")
     parser.add_argument("--rounds", type=int, default=1, help="repeat everything, the design order rotated")
+    parser.add_argument(
+        "--chime-worker-settings", default="", help="DJANGO_SETTINGS_MODULE of Chime's worker (bench.reuse_settings)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
     args = parser.parse_args()
     n = args.n or (5_000 if args.quick else 20_000)
@@ -381,7 +387,10 @@ def main() -> None:
             # The machine is shared: rotate the order each round so no design always runs at the same time.
             shift = (round_ - 1) % len(designs)
             for design in designs[shift:] + designs[:shift]:
-                result = run_once(design, profile, n=n, deadline=deadline_of[profile], lead=args.lead, tenants=tenants)
+                result = run_once(
+                    design, profile, n=n, deadline=deadline_of[profile], lead=args.lead, tenants=tenants,
+                    worker_settings=args.chime_worker_settings,
+                )  # fmt: skip
                 log(
                     f"peers: {design}/{profile}: delivered {result['delivered']:,} "
                     f"(all at {fmt(result['t_delivered'])} s), "
