@@ -41,3 +41,32 @@ def test_a_recorded_span_of_a_run_is_in_the_runs_trace_and_names_itself_in_the_h
 def test_a_batch_links_at_most_max_links_runs():
     links = tracing.run_links(uuid.uuid4() for _ in range(tracing.MAX_LINKS + 50))
     assert len(links) == tracing.MAX_LINKS
+
+
+def test_sentry_is_on_with_a_dsn_and_sends_no_personal_data():
+    """SENTRY_DSN set: every process initializes Sentry from its settings (no event is sent here:
+    the DSN points at a closed port and nothing is captured)."""
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT, process_env
+
+    probe = (
+        "import django; django.setup(); import sentry_sdk; c = sentry_sdk.get_client(); "
+        "print(c.is_active(), c.options['send_default_pii'], c.options['environment'])"
+    )
+    on = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=process_env(SENTRY_DSN="http://public@127.0.0.1:9/1", SENTRY_ENVIRONMENT="staging"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert on.stdout.split() == ["True", "False", "staging"], on.stderr[-2000:]
+    off = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=process_env(SENTRY_DSN=""), capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert off.stdout.split()[0] == "False", off.stderr[-2000:]
