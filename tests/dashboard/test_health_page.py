@@ -19,7 +19,9 @@ def test_health_page_lists_own_jobs_and_hosts_worst_first(owner_client, job, oth
     assert job.name in html and other_job.name not in html
     assert "HTTP 502" in html and "HTTP 500" not in html
     (row,) = response.context["jobs"]
-    assert row[2].attempts == 3 and row[2].succeeded_attempts == 1 and row[2].runs_failed == 1
+    health = row["health"]
+    assert health.attempts == 3 and health.succeeded_attempts == 1 and health.runs_failed == 1
+    assert f'href="/jobs/{job.id}/"' in html
 
 
 def test_health_page_day_window_and_a_bad_window(owner_client, job):

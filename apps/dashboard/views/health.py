@@ -1,6 +1,7 @@
 """The tenant's delivery health per job and per endpoint host (the API's GET /stats, as a page)."""
 
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 
 from apps.jobs.reliability import WINDOWS, tenant_reliability
@@ -28,7 +29,10 @@ def health(request):
     context = {
         "report": report,
         "windows": list(WINDOWS),
-        "jobs": [(job_id, name, h) for job_id, (name, h) in jobs],
-        "hosts": hosts,
+        "jobs": [
+            {"label": name, "url": reverse("dashboard:job_detail", args=[job_id]), "health": h}
+            for job_id, (name, h) in jobs
+        ],
+        "hosts": [{"label": host, "url": None, "health": h} for host, h in hosts],
     }
     return render(request, "dashboard/health.html", context)
