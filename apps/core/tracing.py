@@ -28,6 +28,8 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 MAX_LINKS = 128
 TRACER_NAME = "chime"
 
+_configured = False  # set by configure(): with tracing off, the hot path starts no span at all
+
 
 def enabled() -> bool:
     return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
@@ -48,6 +50,8 @@ def configure(process_type: str, *, exporter=None) -> bool:
         processor = BatchSpanProcessor(OTLPSpanExporter())
     else:
         processor = SimpleSpanProcessor(exporter)
+    global _configured
+    _configured = True
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):  # configured already (a test adding its exporter)
         current.add_span_processor(processor)
@@ -102,6 +106,8 @@ def traceparent(run_id, *, attempt: int, span=None) -> str:
 def delivery_span(run):
     """The span of one delivery attempt of `run`, a child of the run's trace; None when nothing
     records it (tracing off), so the hot path pays only this check."""
+    if not _configured:
+        return None
     span = tracer().start_span(
         "chime.deliver",
         context=run_parent(run.id),
