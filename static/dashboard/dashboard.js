@@ -54,11 +54,20 @@
     return existing.dataset.attempts !== fresh.dataset.attempts;
   }
 
-  function reloadAttempts(run) {
-    var open = run.querySelector("tr.attempts:not([hidden])");
-    var link = open && run.querySelector('[hx-get][hx-target="#' + open.id + '"]');
+  // The user asked for a run's attempts and the answer has not come yet (htmx marks the link it
+  // is loading for with htmx-request). htmx resolved the target when the request left; if the row
+  // is rendered again meanwhile, the answer lands in the detached old slot and the click is lost.
+  function openingAttempts(run) {
+    var slot = run.querySelector("tr.attempts[hidden]");
+    return !!slot && !!run.querySelector('.htmx-request[hx-target="#' + slot.id + '"]');
+  }
+
+  // Fetch the attempts into the run's slot: the open one, or (evenIfFolded) the one being opened.
+  function reloadAttempts(run, evenIfFolded) {
+    var slot = run.querySelector(evenIfFolded ? "tr.attempts" : "tr.attempts:not([hidden])");
+    var link = slot && run.querySelector('[hx-get][hx-target="#' + slot.id + '"]');
     if (link && window.htmx) {
-      window.htmx.ajax("GET", link.getAttribute("hx-get"), { target: "#" + open.id, swap: "outerHTML" });
+      window.htmx.ajax("GET", link.getAttribute("hx-get"), { target: "#" + slot.id, swap: "outerHTML" });
     }
   }
 
@@ -77,8 +86,9 @@
       if (!fresh) return;
       var existing = document.getElementById(row.id);
       if (existing && sameRow(existing, fresh)) return;  // events can outrun renders: nothing new
-      var stale = false;
+      var stale = false, opening = false;
       if (existing) {
+        opening = openingAttempts(existing);
         stale = keepOpenAttempts(existing, fresh);
         existing.replaceWith(fresh);
       } else if (row.insert) {
@@ -90,7 +100,7 @@
         return;
       }
       if (window.htmx) window.htmx.process(fresh);
-      if (stale) reloadAttempts(fresh);
+      if (stale || opening) reloadAttempts(fresh, opening);
     });
   }
 
@@ -113,9 +123,10 @@
     old.querySelectorAll("tbody.run[id]").forEach(function (existing) {
       var fresh = document.getElementById(existing.id);
       if (!fresh || fresh === existing) return;
+      var opening = openingAttempts(existing);
       var stale = keepOpenAttempts(existing, fresh);
       if (window.htmx) window.htmx.process(fresh);  // the moved row lost its handlers in the swap
-      if (stale) reloadAttempts(fresh);
+      if (stale || opening) reloadAttempts(fresh, opening);
     });
     old.querySelectorAll("input[type=checkbox][id]:checked").forEach(function (box) {
       var same = document.getElementById(box.id);
