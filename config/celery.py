@@ -21,7 +21,7 @@ def _metrics_directory_for_prefork_children() -> None:
 
     from config.process import process_type
 
-    if process_type() != "worker":
+    if process_type() != "worker":  # the ops worker serves no metrics (start_exporter below)
         return
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
@@ -63,8 +63,14 @@ def _log_like_every_chime_process(instance=None, **kwargs):
 
 @signals.worker_init.connect
 def _serve_metrics(**kwargs):
-    """The worker's main process serves its children's metrics on CHIME_METRICS_PORT."""
+    """The worker's main process serves its children's metrics on CHIME_METRICS_PORT. Not the ops
+    worker's (apps/operations): it delivers nothing, and beside a worker on one host (`./chime
+    run`) it would take the same port."""
     from apps.metrics.exposition import start_exporter
+    from config.process import process_type
+
+    if process_type() == "ops":
+        return
 
     start_exporter()
 
@@ -127,8 +133,9 @@ def _name_the_worker_in_logs(**kwargs):
 def _trace_from_the_child(**kwargs):
     """Traces (OTEL_EXPORTER_OTLP_ENDPOINT set): the exporter's thread must start in the child."""
     from apps.core import tracing
+    from config.process import process_type
 
-    tracing.configure("worker")
+    tracing.configure(process_type())
 
 
 @signals.worker_process_init.connect
@@ -192,11 +199,14 @@ class WorkerHeartbeat(bootsteps.StartStopStep):
         from django.conf import settings
 
         from apps.core.health import beat
+        from config.process import process_type
+
+        name = process_type() if process_type() == "ops" else "worker"  # `manage.py probe ops`
 
         def beat_if_connected():
             connection = consumer.connection
             if connection is not None and connection.connected:
-                beat("worker")
+                beat(name)
 
         beat_if_connected()
         self.tref = consumer.timer.call_repeatedly(settings.CHIME_HEARTBEAT_SECONDS, beat_if_connected)
@@ -208,9 +218,53 @@ class WorkerHeartbeat(bootsteps.StartStopStep):
 
     def shutdown(self, consumer):
         from apps.core.health import forget_heartbeat
+        from config.process import process_type
 
         self.stop(consumer)
-        forget_heartbeat("worker")
+        forget_heartbeat(process_type() if process_type() == "ops" else "worker")
+
+
+class OperationSweep(bootsteps.StartStopStep):
+    """In the ops worker only: every CHIME_OPERATION_SWEEP_SECONDS, send again the bulk operations
+    whose worker died mid-way (their lease lapsed; apps/operations/services.py requeue_lapsed).
+    Redis would redeliver their unacknowledged message only after the whole visibility_timeout
+    (an hour); the operation resumes from its recorded progress instead within seconds."""
+
+    requires = {"celery.worker.consumer.connection:Connection"}
+
+    def __init__(self, parent, **kwargs):
+        self.tref = None
+        super().__init__(parent, **kwargs)
+
+    def start(self, consumer):
+        from django.conf import settings
+
+        from config.process import process_type
+
+        if process_type() != "ops":
+            return
+
+        def sweep():
+            import logging
+
+            from django.db import close_old_connections
+
+            from apps.operations.services import requeue_lapsed
+
+            try:
+                requeue_lapsed()
+            except Exception:  # the database may be away: the next sweep tries again
+                logging.getLogger(__name__).exception("operation sweep failed")
+            finally:
+                close_old_connections()
+
+        self.tref = consumer.timer.call_repeatedly(settings.CHIME_OPERATION_SWEEP_SECONDS, sweep)
+
+    def stop(self, consumer):
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
 
 
 app.steps["consumer"].add(WorkerHeartbeat)
+app.steps["consumer"].add(OperationSweep)

@@ -1,4 +1,4 @@
-"""Which Procfile process type this is (web, worker, scheduler, release), for per-process
+"""Which Procfile process type this is (web, worker, ops, scheduler, release), for per-process
 settings such as the size of the database pool and the connection's `application_name`.
 
 `CHIME_PROCESS_TYPE` says it explicitly; otherwise it is read off the command line, so the
@@ -8,7 +8,9 @@ Procfile needs no extra variables.
 import os
 import sys
 
-PROCESS_TYPES = ("web", "worker", "scheduler", "release", "manage", "test")
+PROCESS_TYPES = ("web", "worker", "ops", "scheduler", "release", "manage", "test")
+# The Celery worker of bulk operations (apps/operations) consumes this queue, and only this one.
+OPS_QUEUE = "ops"
 _RELEASE_COMMANDS = {"migrate", "collectstatic", "createcachetable"}
 
 
@@ -25,7 +27,7 @@ def process_type(argv: list[str] | None = None) -> str:
     if program in ("uvicorn", "daphne", "gunicorn") or "uvicorn" in words:
         return "web"
     if "celery" in words or program == "celery":
-        return "worker"
+        return "ops" if _queues(argv) == OPS_QUEUE else "worker"
     if "run_scheduler" in argv:
         return "scheduler"
     if "pytest" in program or "pytest" in words or "py.test" in program:
@@ -40,3 +42,15 @@ def _program_name(arg: str) -> str:
     if name == "__main__.py":
         return os.path.basename(os.path.dirname(arg))
     return name
+
+
+def _queues(argv: list[str]) -> str:
+    """The value of a Celery worker's -Q/--queues option ("" without one)."""
+    for index, arg in enumerate(argv):
+        if arg in ("-Q", "--queues") and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--queues="):
+            return arg.partition("=")[2]
+        if arg.startswith("-Q") and len(arg) > 2:
+            return arg[2:]
+    return ""

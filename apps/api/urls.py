@@ -5,6 +5,7 @@ from rest_framework.routers import SimpleRouter
 from .views.base import not_found
 from .views.jobs import JobViewSet
 from .views.keys import ApiKeyViewSet
+from .views.operations import OperationViewSet
 from .views.runs import RunViewSet
 from .views.schedules import schedule_preview
 from .views.signing import signing_secret, signing_secret_rotation
@@ -14,6 +15,7 @@ router = SimpleRouter(trailing_slash=False)
 router.register("jobs", JobViewSet, basename="job")
 router.register("runs", RunViewSet, basename="run")
 router.register("api-keys", ApiKeyViewSet, basename="api-key")
+router.register("operations", OperationViewSet, basename="operation")
 
 app_name = "api"
 urlpatterns = [

@@ -18,5 +18,5 @@ class CoreConfig(AppConfig):
 
         # A Celery worker's main process delivers nothing: its prefork children trace, each
         # configured after the fork (config/celery.py), since the exporter runs a thread.
-        if settings.PROCESS_TYPE != "worker":
+        if settings.PROCESS_TYPE not in ("worker", "ops"):
             tracing.configure(settings.PROCESS_TYPE)

@@ -127,7 +127,7 @@ def readiness(process_type: str = "web", *, max_age_seconds: float | None = None
     worker also the heartbeat's age."""
     timeout = settings.CHIME_READINESS_TIMEOUT_SECONDS
     checks: dict = {"database": check_database(timeout), "redis": check_redis(timeout)}
-    if process_type in ("scheduler", "worker"):
+    if process_type in ("scheduler", "worker", "ops"):
         age = heartbeat_age(process_type)
         limit = max_age_seconds if max_age_seconds is not None else settings.CHIME_HEARTBEAT_MAX_AGE_SECONDS
         checks["heartbeat"] = OK if age is not None and age <= limit else UNAVAILABLE

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    "django_celery_results",
     "apps.core",
     "apps.tenants",
     "apps.jobs",
@@ -45,6 +46,7 @@ INSTALLED_APPS = [
     "apps.delivery",
     "apps.api",
     "apps.dashboard",
+    "apps.operations",
 ]
 
 MIDDLEWARE = [
@@ -89,7 +91,7 @@ PROCESS_TYPE = process_type()
 # Connections one process may hold at most (its pool's max_size). The web process serves many
 # requests concurrently (one thread each under ASGI); a worker child needs one for its task and
 # one for its lease-renewing thread; a scheduler runs one loop.
-DB_POOL_DEFAULT_MAX = {"web": 10, "worker": 4, "scheduler": 3, "release": 2, "manage": 4, "test": 10}
+DB_POOL_DEFAULT_MAX = {"web": 10, "worker": 4, "ops": 3, "scheduler": 3, "release": 2, "manage": 4, "test": 10}
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'chime.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded mode: web, scheduler and worker share one file. WAL lets readers run beside the
@@ -215,7 +217,13 @@ else:
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# No result per delivery task (a row per run at thousands of runs/s): only the bulk operations'
+# task stores its state and result (ignore_result=False on it), in django-celery-results' table.
 CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_RESULT_EXTENDED = True  # the task's name and arguments in its TaskResult row (the admin shows them)
+# Bulk operations run on their own queue and worker (Procfile `ops`), never on the delivery queues.
+CELERY_TASK_ROUTES = {"operations.*": {"queue": "ops"}}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_DEFAULT_QUEUE = "runs.default"
@@ -381,3 +389,14 @@ CHIME_TRUSTED_PROXY_HOPS = env.int("CHIME_TRUSTED_PROXY_HOPS", default=0)
 # separated; the first encrypts, every one decrypts (rotation: put a new key first, run
 # `manage.py rotate_field_keys`, then drop the old one). Empty: a key derived from SECRET_KEY.
 CHIME_FIELD_ENCRYPTION_KEYS = env.list("CHIME_FIELD_ENCRYPTION_KEYS", default=[])
+
+# --- bulk operations (apps/operations, docs/architecture.md#bulk-operations) -----------------
+# Runs (or occurrences) per chunk: each chunk is one transaction, its effect and its progress.
+CHIME_OPERATION_CHUNK_SIZE = env.int("CHIME_OPERATION_CHUNK_SIZE", default=500)
+# A pause between chunks: a 100,000-run replay feeds the delivery queues at a bounded pace
+# instead of making every run due at once, ahead of every other tenant's runs.
+CHIME_OPERATION_CHUNK_PAUSE_SECONDS = env.float("CHIME_OPERATION_CHUNK_PAUSE_SECONDS", default=0.1)
+# An operation's lease, renewed at every chunk: a worker killed mid-operation lets it lapse, and
+# the ops worker's sweep (every CHIME_OPERATION_SWEEP_SECONDS) sends the operation again.
+CHIME_OPERATION_LEASE_SECONDS = env.float("CHIME_OPERATION_LEASE_SECONDS", default=60.0)
+CHIME_OPERATION_SWEEP_SECONDS = env.float("CHIME_OPERATION_SWEEP_SECONDS", default=15.0)

@@ -15,7 +15,7 @@ class Command(BaseCommand):
     help = "Readiness of a process type: exit 0 when ready, 1 (with the failing checks) when not."
 
     def add_arguments(self, parser):
-        parser.add_argument("process_type", choices=["web", "scheduler", "worker"])
+        parser.add_argument("process_type", choices=["web", "scheduler", "worker", "ops"])
         parser.add_argument(
             "--max-age-seconds",
             type=float,
