@@ -28,7 +28,9 @@ def dead_letters(job, n: int, *, status_code: int | None = 500, error_kind: str 
     ]
     JobRun.objects.bulk_create(runs, batch_size=2000)
     attempts = [
-        RunAttempt(run=run, number=1, started_at=start, finished_at=start, status_code=status_code, error_kind=error_kind)
+        RunAttempt(
+            run=run, number=1, started_at=start, finished_at=start, status_code=status_code, error_kind=error_kind
+        )
         for run in runs
     ]
     RunAttempt.objects.bulk_create(attempts, batch_size=2000)

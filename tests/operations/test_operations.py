@@ -61,8 +61,9 @@ def test_a_replay_filters_by_error_kind_and_scheduled_range(tenant, job):
         scheduled_before=(start + timedelta(minutes=5)).isoformat(),
     )
     assert services.operation_run(operation.pk, owner="test", pause=0) == {"replayed": 3}
-    assert list(JobRun.objects.filter(status=RunStatus.SCHEDULED).order_by("id").values_list("id", flat=True)) == (
-        timeouts[2:5]
+    assert (
+        list(JobRun.objects.filter(status=RunStatus.SCHEDULED).order_by("id").values_list("id", flat=True))
+        == (timeouts[2:5])
     )
 
 
