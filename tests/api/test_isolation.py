@@ -35,6 +35,10 @@ ROUTES = {
     "api:signing-secret-rotate": "collection",
     "api:schedule-preview": "collection",
     "api:stats": "collection",  # the caller's runs only (tests/api/test_stats.py: others' not counted)
+    "api:operation-list": "collection",
+    "api:operation-replay": "collection",  # B's own dead letters only (tests/operations/test_operations.py)
+    "api:operation-backfill": "collection",  # B's own jobs only: A's job is "No such job."
+    "api:operation-detail": "object",  # the caller's runs only (tests/api/test_stats.py: others' not counted)
     "api:schema": "public",
     "api:docs": "public",
     "api:not-found": "catch-all",  # JSON 404 for any other path; holds nothing
@@ -98,7 +102,8 @@ def tenant_a_objects(api, tenant):
     )
     key = api.post("/api/v1/api-keys", {"name": "a-key"}, format="json").json()
     secret = api.get("/api/v1/signing-secret").json()["secret"]
-    return {"job": job["id"], "run": str(run.id), "api-key": key["id"], "secret": secret}
+    operation = api.post("/api/v1/operations/replay", {"job": job["id"]}, format="json").json()
+    return {"job": job["id"], "run": str(run.id), "api-key": key["id"], "secret": secret, "operation": operation["id"]}
 
 
 def path_for(template: str, name: str, objects: dict) -> str:

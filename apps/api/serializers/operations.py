@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.jobs.models import ErrorKind
+from apps.operations.models import OperationKind
 
 from ..fields import StrictSerializer, StrictUUIDField, UTCDateTimeField
 from .jobs import BackfillSerializer
@@ -60,7 +61,7 @@ RESULT_SCHEMA = {
 
 class OperationSerializer(serializers.Serializer):
     id = serializers.CharField()
-    kind = serializers.CharField()
+    kind = serializers.ChoiceField(choices=OperationKind.choices)
     params = serializers.DictField(help_text="What was asked, as validated")
     state = serializers.ChoiceField(choices=["pending", "running", "succeeded", "failed"])
     progress = serializers.SerializerMethodField()

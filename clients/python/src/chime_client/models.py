@@ -14,12 +14,14 @@ DstEnum = Literal["gap", "overlap"]
 ErrorKindEnum = Literal["network", "timeout", "refused", "invalid_target", "http", "worker_lost"]
 GapEnum = Literal["shift", "skip"]
 JobStatusEnum = Literal["active", "paused", "completed", "deleted"]
+KindEnum = Literal["replay", "backfill", "export", "prune"]
 MethodEnum = Literal["POST", "PUT", "PATCH", "DELETE", "GET"]
 MisfirePolicyEnum = Literal["catch_up", "skip", "coalesce"]
 NullEnum = None
 OverlapEnum = Literal["first", "both"]
 PriorityEnum = Literal["high", "default", "low"]
 RunStatusEnum = Literal["scheduled", "queued", "running", "retrying", "succeeded", "failed", "cancelled", "skipped"]
+StateEnum = Literal["pending", "running", "succeeded", "failed"]
 TriggerEnum = Literal["schedule", "manual", "backfill"]
 TypeEnum = Literal["cron", "once"]
 WindowEnum = Literal["hour", "day"]
@@ -58,6 +60,14 @@ class Attempt(TypedDict):
     duration_ms: NotRequired[int | None]
     response_excerpt: NotRequired[str]
     request_headers: dict[str, str]
+
+
+class BackfillOperationInputRequest(TypedDict):
+    """POST /jobs/{id}/backfill's body with the job: (start, end], at most max_backfill_runs occurrences."""
+
+    start: str
+    end: str
+    job: str
 
 
 class BackfillRequest(TypedDict):
@@ -207,6 +217,19 @@ class Limit(TypedDict):
     value: Any
 
 
+class Operation(TypedDict):
+    id: str
+    kind: KindEnum
+    params: dict[str, Any]
+    state: StateEnum
+    progress: Progress
+    result: dict[str, int] | None
+    error: str | None
+    created_by: str
+    created_at: str
+    finished_at: str | None
+
+
 class PaginatedApiKeyList(TypedDict):
     results: list[ApiKey]
     next: str | None
@@ -214,6 +237,11 @@ class PaginatedApiKeyList(TypedDict):
 
 class PaginatedJobList(TypedDict):
     results: list[Job]
+    next: str | None
+
+
+class PaginatedOperationList(TypedDict):
+    results: list[Operation]
     next: str | None
 
 
@@ -244,6 +272,21 @@ class PreviewRequest(TypedDict):
     count: NotRequired[int]
     start: NotRequired[str | None]
     dst_policy: NotRequired[DstPolicyRequest]
+
+
+class Progress(TypedDict):
+    done: int
+    total: int | None
+
+
+class ReplayOperationInputRequest(TypedDict):
+    """Which dead letters (runs `failed`): every given filter applies; none, the whole queue."""
+
+    job: NotRequired[str]
+    scheduled_after: NotRequired[str]
+    scheduled_before: NotRequired[str]
+    error_kind: NotRequired[ErrorKindEnum]
+    status_code: NotRequired[int]
 
 
 class Replayed(TypedDict):

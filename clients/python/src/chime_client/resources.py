@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         Job,
         JobBatch,
         JobDetail,
+        Operation,
         Replayed,
         Run,
         RunDetail,
@@ -183,6 +184,40 @@ class Schedules(_Resource):
         return self._run("POST", "/schedules/preview", json=body)
 
 
+class Operations(_Resource):
+    """Bulk operations, run by the server's ops worker: each POST answers at once (202) with the
+    operation; ``get`` follows its ``state`` and ``progress``."""
+
+    def list(self, *, limit=None):
+        return self._paginate("/operations", {"limit": limit})
+
+    def get(self, operation_id: str) -> Operation:
+        return self._run("GET", f"/operations/{operation_id}")
+
+    def replay(
+        self,
+        *,
+        job: str | None = None,
+        scheduled_after: Time | None = None,
+        scheduled_before: Time | None = None,
+        error_kind: str | None = None,
+        status_code: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Operation:
+        """Replay every dead letter matching the filters (any number of them)."""
+        body = {"job": job, "error_kind": error_kind, "status_code": status_code}
+        body.update(scheduled_after=when(scheduled_after), scheduled_before=when(scheduled_before))
+        key = idempotency_key or str(uuid.uuid4())
+        json = {k: v for k, v in body.items() if v is not None}
+        return self._run("POST", "/operations/replay", json=json, headers={"Idempotency-Key": key})
+
+    def backfill(self, job: str, *, start: Time, end: Time, idempotency_key: str | None = None) -> Operation:
+        """A run for every occurrence of ``job`` in ``(start, end]``, up to ``max_backfill_runs``."""
+        key = idempotency_key or str(uuid.uuid4())
+        body = {"job": job, "start": when(start), "end": when(end)}
+        return self._run("POST", "/operations/backfill", json=body, headers={"Idempotency-Key": key})
+
+
 class StatsResource(_Resource):
     def get(self, *, window: str = "hour", limit: int | None = None) -> Stats:
         """Delivery health per job and per endpoint host over the last hour or day."""
@@ -205,6 +240,10 @@ OPERATIONS = {
     "jobs_resume_create": "jobs.resume",
     "jobs_runs_list": "jobs.runs",
     "jobs_trigger_create": "jobs.trigger",
+    "operations_list": "operations.list",
+    "operations_retrieve": "operations.get",
+    "operations_replay": "operations.replay",
+    "operations_backfill": "operations.backfill",
     "runs_list": "runs.list",
     "runs_retrieve": "runs.get",
     "runs_cancel_create": "runs.cancel",
