@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import auth, health, jobs, keys, overview, runs, tenancy
+from .views import auth, health, jobs, keys, operations, overview, runs, tenancy
 
 app_name = "dashboard"
 
@@ -34,6 +34,10 @@ urlpatterns = [
     path("runs/<uuid:run_id>/replay/", runs.run_replay, name="run_replay"),
     path("dead-letters/", runs.dead_letters, name="dead_letters"),
     path("dead-letters/replay/", runs.dead_letters_replay, name="dead_letters_replay"),
+    path("dead-letters/replay-all/", operations.dead_letters_replay_all, name="dead_letters_replay_all"),
+    # bulk operations
+    path("operations/", operations.operation_list, name="operation_list"),
+    path("operations/<uuid:operation_id>/", operations.operation_detail, name="operation_detail"),
     # credentials
     path("keys/", keys.api_keys, name="api_keys"),
     path("keys/new/", keys.api_key_create, name="api_key_create"),

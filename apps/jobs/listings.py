@@ -8,8 +8,8 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from apps.tenants.models import Tenant
 
-from .models import JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
-from .selectors import job_list, run_list
+from .models import JobDefinition, JobRun, JobStatus, RunAttempt
+from .selectors import dead_letters_matching, job_list, run_list
 
 JOB_STATUS_FILTERS = (JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED)
 
@@ -67,11 +67,9 @@ def runs_filtered(
     return with_last_attempt(runs)
 
 
-def dead_letters(*, tenant: Tenant, job_id=None) -> QuerySet[JobRun]:
-    """Failed runs (replayable), most recently failed first."""
-    runs = run_list(tenant=tenant).filter(status=RunStatus.FAILED)
-    if job_id:
-        runs = runs.filter(definition_id=job_id)
+def dead_letters(*, tenant: Tenant, job_id=None, **filters) -> QuerySet[JobRun]:
+    """Failed runs (replayable) matching `filters` (selectors.dead_letters_matching), most recently failed first."""
+    runs = dead_letters_matching(tenant=tenant, job=job_id, **filters)
     return with_last_attempt(runs).order_by("-finished_at", "-created_at")
 
 

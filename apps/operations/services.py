@@ -18,12 +18,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.delivery.draining import is_draining
+from apps.jobs import selectors
 from apps.jobs import services as job_services
-from apps.jobs.models import JobDefinition, JobRun, RunAttempt, RunStatus
+from apps.jobs.models import JobDefinition, JobRun
 from apps.tenants import quotas
 
 from .models import REQUEUED, Operation, OperationKind
@@ -195,22 +196,14 @@ class ReplayKind:
     @staticmethod
     def candidates(operation: Operation):
         params = operation.params
-        runs = JobRun.objects.filter(tenant_id=operation.tenant_id, status=RunStatus.FAILED)
-        if params.get("job"):
-            runs = runs.filter(definition_id=params["job"])
-        if params.get("scheduled_after"):
-            runs = runs.filter(scheduled_for__gte=_when(params["scheduled_after"]))
-        if params.get("scheduled_before"):
-            runs = runs.filter(scheduled_for__lt=_when(params["scheduled_before"]))
-        last = {}
-        if params.get("error_kind"):
-            last["error_kind"] = params["error_kind"]
-        if params.get("status_code") is not None:
-            last["status_code"] = params["status_code"]
-        if last:  # of the run's last attempt: the one that dead-lettered it
-            final = RunAttempt.objects.filter(run=OuterRef("pk"), number=OuterRef("attempt_count"), **last)
-            runs = runs.filter(Exists(final))
-        return runs
+        return selectors.dead_letters_matching(
+            tenant=operation.tenant_id,
+            job=params.get("job"),
+            scheduled_after=_when(params.get("scheduled_after")),
+            scheduled_before=_when(params.get("scheduled_before")),
+            error_kind=params.get("error_kind", ""),
+            status_code=params.get("status_code"),
+        )
 
     def count(self, operation: Operation) -> int:
         return self.candidates(operation).count()

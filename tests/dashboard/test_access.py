@@ -6,6 +6,8 @@ from django.test import Client
 from django.urls import reverse
 
 from apps.jobs.models import JobRun, JobStatus, RunStatus
+from apps.operations.models import Operation
+from apps.operations.services import operation_start
 from apps.tenants.models import ApiKey, Membership, Role
 from apps.tenants.services import api_key_create
 
@@ -19,7 +21,8 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 @pytest.fixture
 def other_objects(other_job, other_failed_run, other_tenant):
     key = api_key_create(tenant=other_tenant, name="globex-key").api_key
-    return {"job": other_job.id, "run": other_failed_run.id, "key": key.id}
+    operation = operation_start(tenant=other_tenant, kind="replay", params={}, created_by="user:globex-owner")
+    return {"job": other_job.id, "run": other_failed_run.id, "key": key.id, "operation": operation.id}
 
 
 # Every dashboard route, by what it holds. A route added without an entry here fails
@@ -42,6 +45,8 @@ ROUTES = {
     "run_list": "tenant",
     "dead_letters": "tenant",
     "dead_letters_replay": "tenant",
+    "dead_letters_replay_all": "tenant",  # replays the caller's dead letters only (tests/operations)
+    "operation_list": "tenant",
     "api_keys": "tenant",
     "api_key_create": "tenant",
     "signing_secret": "tenant",
@@ -56,8 +61,9 @@ ROUTES = {
     "run_attempts": "run",
     "run_replay": "run",
     "api_key_revoke": "key",
+    "operation_detail": "operation",
 }
-KWARG = {"job": "job_id", "run": "run_id", "key": "key_id"}
+KWARG = {"job": "job_id", "run": "run_id", "key": "key_id", "operation": "operation_id"}
 POST_ONLY = {"job_pause", "job_resume", "job_trigger", "run_replay", "api_key_revoke"}
 
 
@@ -109,11 +115,12 @@ def test_bulk_replay_ignores_runs_of_another_tenant(owner_client, failed_run, ot
 
 def test_lists_show_nothing_of_another_tenant(owner_client, job, failed_run, other_objects, other_tenant):
     make_run(job)
-    pages = ["/", "/jobs/", "/runs/", "/dead-letters/", "/keys/", f"/runs/?job={other_objects['job']}"]
+    pages = ["/", "/jobs/", "/runs/", "/dead-letters/", "/keys/", "/operations/", f"/runs/?job={other_objects['job']}"]
     for path in pages:
         html = owner_client.get(path).content.decode()
         assert "globex" not in html.lower(), path
         assert str(other_objects["run"]) not in html, path
+        assert str(other_objects["operation"]) not in html, path
     assert "nightly-report" in owner_client.get("/jobs/").content.decode()
     assert str(failed_run.id) in owner_client.get("/dead-letters/").content.decode()
 
@@ -149,7 +156,7 @@ def test_viewer_sees_no_buttons(viewer_client, job, failed_run):
         "/jobs/": ["Pause", "Trigger", "New job"],
         f"/jobs/{job.id}/": ["Trigger now", "Edit", "Delete"],
         "/runs/": [">Replay<"],
-        "/dead-letters/": [">Replay<", "Replay selected"],
+        "/dead-letters/": [">Replay<", "Replay selected", "Replay all matching"],
         "/keys/": ["Create key", "Revoke", "Reveal"],
     }
     for path, words in pages.items():
@@ -169,6 +176,7 @@ def test_viewer_posts_are_refused_with_403(viewer_client, job, failed_run, tenan
         f"/jobs/{job.id}/delete/",
         f"/runs/{failed_run.id}/replay/",
         "/dead-letters/replay/",
+        "/dead-letters/replay-all/",
         "/keys/new/",
         f"/keys/{key.id}/revoke/",
         "/signing-secret/rotate/",
@@ -181,6 +189,7 @@ def test_viewer_posts_are_refused_with_403(viewer_client, job, failed_run, tenan
     key.refresh_from_db()
     assert job.status == JobStatus.ACTIVE and failed_run.status == RunStatus.FAILED and key.is_active
     assert JobRun.objects.filter(definition=job).count() == 1
+    assert not Operation.objects.filter(tenant=tenant).exists()
 
 
 def test_viewer_cannot_open_the_job_forms(viewer_client, job):

@@ -79,3 +79,20 @@ def test_non_staff_users_cannot_use_the_admin(owner_client, failed_run):
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
     failed_run.refresh_from_db()
     assert failed_run.status == RunStatus.FAILED
+
+
+def test_staff_list_operations_and_their_celery_task_results(staff, tenant, other_tenant):
+    import json
+
+    from django_celery_results.models import TaskResult
+
+    from apps.operations.services import operation_start
+
+    mine = operation_start(tenant=tenant, kind="replay", params={}, created_by="user:owner")
+    operation_start(tenant=other_tenant, kind="backfill", params={})
+    TaskResult.objects.create(task_id=mine.task_id, status="SUCCESS", result=json.dumps({"replayed": 0}))
+    html = staff.get("/admin/operations/operation/").content.decode()
+    assert str(mine.id) in html and "backfill" in html
+    assert str(mine.id) in staff.get(f"/admin/operations/operation/?q={mine.task_id}").content.decode()
+    assert staff.get(f"/admin/operations/operation/{mine.id}/change/").status_code == 200
+    assert mine.task_id in staff.get("/admin/django_celery_results/taskresult/").content.decode()

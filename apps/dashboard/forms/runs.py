@@ -2,7 +2,7 @@ from uuid import UUID
 
 from django import forms
 
-from apps.jobs.models import RunStatus
+from apps.jobs.models import ErrorKind, RunStatus
 
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
@@ -59,3 +59,50 @@ class RunSelectionForm(forms.Form):
 
     def run_ids(self) -> list[UUID]:
         return self.cleaned_data["runs"] if self.is_valid() else []
+
+
+class DeadLetterFilterForm(forms.Form):
+    """The dead-letters page's filter, also what "Replay all matching" replays (apps/operations):
+    one job, the last attempt's error kind or HTTP status, a scheduled range (viewer's time zone)."""
+
+    job = forms.ChoiceField(label="Job", required=False)
+    error_kind = forms.ChoiceField(label="Error", required=False, choices=[("", "any"), *ErrorKind.choices])
+    status_code = forms.IntegerField(label="HTTP status", required=False, min_value=100, max_value=599)
+    scheduled_after = RunFilterForm.base_fields["scheduled_after"]
+    scheduled_before = RunFilterForm.base_fields["scheduled_before"]
+
+    def __init__(self, *args, jobs=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["job"].choices = [("", "any"), *((str(job.id), job.name) for job in jobs)]
+
+    def clean(self):
+        data = super().clean()
+        after, before = data.get("scheduled_after"), data.get("scheduled_before")
+        if after and before and before <= after:
+            self.add_error("scheduled_before", "Must be after “Scheduled from”.")
+        return data
+
+    def filters(self) -> dict:
+        """For listings.dead_letters (and selectors.dead_letters_matching); {} when invalid."""
+        if not self.is_bound or not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        return {
+            "job_id": data["job"] or None,
+            "error_kind": data["error_kind"],
+            "status_code": data["status_code"],
+            "scheduled_after": data["scheduled_after"],
+            "scheduled_before": data["scheduled_before"],
+        }
+
+    def operation_params(self) -> dict:
+        """The replay operation's params, as the API stores them (only the filters given)."""
+        data = self.filters()
+        params = {
+            "job": data.get("job_id"),
+            "error_kind": data.get("error_kind") or None,
+            "status_code": data.get("status_code"),
+            "scheduled_after": data["scheduled_after"].isoformat() if data.get("scheduled_after") else None,
+            "scheduled_before": data["scheduled_before"].isoformat() if data.get("scheduled_before") else None,
+        }
+        return {key: value for key, value in params.items() if value is not None}

@@ -11,8 +11,8 @@ from apps.jobs.listings import runs_by_ids, runs_filtered
 from apps.jobs.models import JobRun
 
 from ..access import member_required
-from ..forms.runs import RunFilterForm, RunSelectionForm
-from ..live import page_live
+from ..forms.runs import DeadLetterFilterForm, RunFilterForm, RunSelectionForm
+from ..live import POLL_SECONDS, page_live
 from .common import page_of, query_without_page, redirect_back
 
 ROW_PARTIALS = {"run": "dashboard/runs/rows.html#run-row", "dead": "dashboard/runs/rows.html#dead-row"}
@@ -84,9 +84,15 @@ def run_replay(request, run_id):
 
 @member_required
 def dead_letters(request):
-    live = page_live("dead")
+    jobs = selectors.job_list(tenant=request.tenant).only("id", "name")
+    form = DeadLetterFilterForm(request.GET or None, jobs=jobs)
+    filters = form.filters()
+    # Pushed rows know no filter but the job: a filtered page polls instead.
+    live = page_live("dead") if not filters else {"mode": "poll", "poll_seconds": POLL_SECONDS, "query": ""}
     context = {
-        "page": page_of(request, failed_runs(tenant=request.tenant)),
+        "form": form,
+        "filters": filters,
+        "page": page_of(request, failed_runs(tenant=request.tenant, **filters)),
         "query": query_without_page(request),
         "live": live,
     }
