@@ -30,6 +30,7 @@ def member_pages(*, job_id: str, run_id: str) -> list[str]:
         "/runs/",
         f"/runs/{run_id}/",
         "/dead-letters/",
+        "/operations/",
         "/health/",
         "/keys/",
         "/signing-secret/",
@@ -40,6 +41,8 @@ def member_pages(*, job_id: str, run_id: str) -> list[str]:
         "/admin/jobs/jobrun/",
         "/admin/tenants/tenant/",
         "/admin/tenants/apikey/",
+        "/admin/operations/operation/",
+        "/admin/django_celery_results/taskresult/",
         reverse("api:docs"),
     ]
 

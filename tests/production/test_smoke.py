@@ -1,11 +1,12 @@
 """Production smoke test: the deploy a user makes, started from the Procfile alone.
 
-A fresh checkout, a fresh database, `release` first (on its own "dyno"), then `web`, `scheduler`
-and `worker` exactly as the Procfile writes them, with DEBUG=false and no DJANGO_SETTINGS_MODULE
+A fresh checkout, a fresh database, `release` first (on its own "dyno"), then `web`, `scheduler`,
+`worker` and `ops` exactly as the Procfile writes them, with DEBUG=false and no DJANGO_SETTINGS_MODULE
 (the settings a Procfile deploy gets by default). Every request carries `X-Forwarded-Proto: https`
 as a TLS-terminating proxy adds it. Then: 32 concurrent API clients for 30 s (no 5xx, PostgreSQL
 sessions within the pool bounds), every dashboard page, the admin and the API docs in Debian
-Chromium with all their assets, a live update over the WebSocket, and SIGTERM at the end.
+Chromium with all their assets, a live update over the WebSocket, a bulk operation on the ops
+process, and SIGTERM at the end.
 
 Measured numbers go to test-output/production-smoke.json.
 """
@@ -112,7 +113,7 @@ def deploy(tmp_path_factory, receiver):
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()  # this test's broker DB starts empty
     commands = procfile()
-    assert list(commands) == ["release", "web", "scheduler", "worker"], commands
+    assert list(commands) == ["release", "web", "scheduler", "worker", "ops"], commands
     dbname = create_database()
     port = free_port()
     env = deploy_env(
@@ -143,7 +144,7 @@ def deploy(tmp_path_factory, receiver):
         shutil.rmtree(release_dir)  # the release dyno's disk is gone
 
         started = time.monotonic()
-        for name in ("web", "scheduler", "worker"):
+        for name in ("web", "scheduler", "worker", "ops"):
             deploy.processes[name] = ProcfileProcess(name, commands[name], deploy.app_dir, env)
         deploy.manage("create_tenant", "smoke", "--name", "Smoke")
         deploy.api_key = deploy.manage("create_api_key", "smoke").strip()
@@ -156,6 +157,7 @@ def deploy(tmp_path_factory, receiver):
         assert collected, "the web process of a fresh checkout must collect static files"  # no build step here
         deploy.report["web_collectstatic_seconds"] = float(collected.group(1))
         deploy.processes["worker"].wait_for_log("ready.", timeout=120)
+        deploy.processes["ops"].wait_for_log("ready.", timeout=120)
         deploy.processes["scheduler"].wait_for_log("scheduler started", timeout=120)
         receiver.secrets = [deploy.api("GET", "/signing-secret")["secret"]]
         yield deploy
@@ -256,10 +258,12 @@ def test_32_api_clients_for_30_s_get_no_5xx_and_connections_stay_within_the_pool
         "chime-web": pool["web"],
         "chime-scheduler": pool["scheduler"],
         "chime-worker": pool["worker"] * WORKER_CONCURRENCY,
+        # The ops worker: its one child (--concurrency 1) and its main process (the sweep).
+        "chime-ops": pool["ops"] * 2,
     }
     for app, bound in bounds.items():
         assert sampler.max_by_app.get(app, 0) <= bound, (app, dict(sampler.max_by_app))
-    for app in bounds:  # the sampler saw every process type at work
+    for app in set(bounds) - {"chime-ops"}:  # the sampler saw every process type at work (ops has none here)
         assert sampler.max_by_app.get(app, 0) >= 1, (app, dict(sampler.max_by_app))
     unexpected = set(sampler.max_by_app) - set(bounds)
     assert not unexpected, dict(sampler.max_by_app)
@@ -334,6 +338,22 @@ def test_a_run_triggered_through_the_api_changes_status_live_on_the_runs_page(de
     assert deliveries and deliveries[0].signature_ok is True
     deploy.report["live_statuses"] = seen
     page.close()
+
+
+def test_a_bulk_operation_runs_on_the_ops_process(deploy):
+    """POST /operations/replay answers 202 at once; the Procfile's `ops` process (and no delivery
+    worker: they do not consume its queue) runs it to `succeeded`."""
+    operation = deploy.api("POST", "/operations/replay", {"status_code": 599}, expect=202)
+    assert operation["state"] == "pending", operation
+    done = wait_until(
+        lambda: (body := deploy.api("GET", f"/operations/{operation['id']}"))["state"] in ("succeeded", "failed")
+        and body,
+        timeout=60,
+        message="operation finished",
+    )
+    assert done["state"] == "succeeded" and done["result"] == {"replayed": 0}, done
+    assert "operations.run[" in deploy.processes["ops"].log()  # "Task operations.run[<id>] received"
+    assert "operations.run[" not in deploy.processes["worker"].log()
 
 
 def test_sigterm_stops_every_process(deploy):
