@@ -1,7 +1,9 @@
 """The README's PostgreSQL command, as a newcomer types it, on a server that does not have the
 database yet: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/<new> REDIS_URL=... ./chime run`
-creates the database, migrates, and serves; the key it prints works against the API."""
+creates the database, migrates, and serves; the key it prints works against the API, and a bulk
+operation runs to its end (honcho started the `ops` process too)."""
 
+import json
 import os
 import re
 import signal
@@ -39,6 +41,13 @@ def get(url: str, key: str = "") -> int:
         return 0
 
 
+def call(url: str, key: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=5) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
 @pytest.fixture
 def fresh_database():
     from tests.conftest import _require
@@ -68,6 +77,9 @@ def test_chime_run_on_a_server_without_its_database(fresh_database):
         key = re.search(r"API key:\s+(chime_\S+)", chime.log()).group(1)
         wait_until(lambda: get(f"http://127.0.0.1:{port}/healthz") == 200, timeout=60, message="web answers")
         assert get(f"http://127.0.0.1:{port}/api/v1/jobs", key) == 200
+        operation = call(f"http://127.0.0.1:{port}/api/v1/operations/replay", key, {})
+        url = f"http://127.0.0.1:{port}/api/v1/operations/{operation['id']}"
+        wait_until(lambda: call(url, key)["state"] == "succeeded", timeout=60, message="the ops process ran it")
         assert "Traceback" not in chime.log()
     finally:
         chime.kill(signal.SIGTERM)
