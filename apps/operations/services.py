@@ -12,6 +12,7 @@ runs still `failed`, a backfill keeps the occurrences that have a run.
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -22,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.delivery.draining import is_draining
+from apps.history import services as history
 from apps.jobs import selectors
 from apps.jobs import services as job_services
 from apps.jobs.models import JobDefinition, JobRun
@@ -124,6 +126,9 @@ def operation_run(operation_id, *, owner: str, pause: float | None = None) -> di
         raise OperationBusy(f"operation {operation_id} is held by {operation.lease_owner}")
     pause = settings.CHIME_OPERATION_CHUNK_PAUSE_SECONDS if pause is None else pause
     try:
+        kind = KINDS[Operation.objects.values_list("kind", flat=True).get(pk=operation_id)]
+        if isinstance(kind, PassKind):
+            return _run_pass(operation_id, owner, kind)
         while True:
             with transaction.atomic():
                 operation = _fenced(operation_id, owner)
@@ -150,9 +155,63 @@ def operation_run(operation_id, *, owner: str, pause: float | None = None) -> di
         raise
     except Exception as error:
         _finish_failed(operation_id, owner)
-        if isinstance(error, job_services.JobActionError | quotas.QuotaExceeded):
+        if isinstance(error, job_services.JobActionError | quotas.QuotaExceeded | ValueError):
             raise OperationFailed(str(error)) from error
         raise
+
+
+def _run_pass(operation_id, owner: str, kind: "PassKind") -> dict:
+    """A kind done in one call of a resumable pass that reports its own progress (apps/history).
+    Progress is written as reported, fenced by the lease; a thread keeps the lease while the
+    pass is between two reports (a count, a large batch)."""
+
+    def progress(done: int, total: int) -> None:
+        moved = Operation.objects.filter(pk=operation_id, lease_owner=owner).update(
+            done=done, total=total, lease_expires_at=_lease_until()
+        )
+        if not moved:
+            raise LeaseLost(f"operation {operation_id}: lease lost")
+
+    operation = Operation.objects.select_related("tenant").get(pk=operation_id)
+    with _LeaseKeeper(operation_id, owner):
+        counts = kind.run(operation, progress)
+    with transaction.atomic():
+        operation = _fenced(operation_id, owner)
+        operation.counts = counts
+        operation.total = operation.total or 0
+        operation.done = operation.total
+        operation.finished_at, operation.lease_owner, operation.lease_expires_at = timezone.now(), "", None
+        operation.save()
+    return counts
+
+
+class _LeaseKeeper:
+    """Renews the operation's lease every third of CHIME_OPERATION_LEASE_SECONDS from a thread,
+    for as long as the block runs: the lease lapses only when the process is gone."""
+
+    def __init__(self, operation_id, owner: str):
+        self.operation_id, self.owner = operation_id, owner
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._renew, name="operation-lease", daemon=True)
+
+    def _renew(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.stop.wait(settings.CHIME_OPERATION_LEASE_SECONDS / 3):
+                Operation.objects.filter(pk=self.operation_id, lease_owner=self.owner).update(
+                    lease_expires_at=_lease_until()
+                )
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def _finish_failed(operation_id, owner: str) -> None:
@@ -267,4 +326,49 @@ def backfill_occurrences(job: JobDefinition, start: datetime, end: datetime) -> 
     return count
 
 
-KINDS = {OperationKind.REPLAY: ReplayKind(), OperationKind.BACKFILL: BackfillKind()}
+class PassKind:
+    """A kind that is one call of apps/history's passes: `run(operation, progress)` -> counts.
+    Those passes are resumable (prune) or safe to run again (export), in short transactions of
+    their own, so they run outside the chunk loop's transaction (_run_pass)."""
+
+    def run(self, operation: Operation, progress) -> dict:
+        raise NotImplementedError
+
+
+class ExportKind(PassKind):
+    """The tenant's runs created in [start, end), archived (kind export) without deleting them.
+    Run again after a lost worker, it writes the range anew (further parts); nothing is lost."""
+
+    def run(self, operation: Operation, progress) -> dict:
+        start, end = _when(operation.params["start"]), _when(operation.params["end"])
+        archives = history.export_runs(tenant=operation.tenant, start=start, end=end, progress=progress)
+        return {
+            "runs": sum(a.run_count for a in archives),
+            "archives": len(archives),
+            "bytes": sum(a.bytes for a in archives),
+        }
+
+
+class PruneKind(PassKind):
+    """The tenant's retention pass (archive, then delete), with the retention cutoffs as of the
+    operation's creation: run again after a lost worker, it resumes where the last batch ended."""
+
+    def run(self, operation: Operation, progress) -> dict:
+        result = history.prune_tenant(tenant=operation.tenant, now=operation.created_at, progress=progress)
+        if result.skipped_busy:
+            raise OperationFailed("Another prune of this tenant is running: start this one again once it ends.")
+        return {
+            "runs": result.runs,
+            "attempts": result.attempts,
+            "dead_letters": result.dead_letters,
+            "archives": result.archives,
+            "bytes": result.bytes,
+        }
+
+
+KINDS = {
+    OperationKind.REPLAY: ReplayKind(),
+    OperationKind.BACKFILL: BackfillKind(),
+    OperationKind.EXPORT: ExportKind(),
+    OperationKind.PRUNE: PruneKind(),
+}

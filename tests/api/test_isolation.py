@@ -38,6 +38,8 @@ ROUTES = {
     "api:operation-list": "collection",
     "api:operation-replay": "collection",  # B's own dead letters only (tests/operations/test_operations.py)
     "api:operation-backfill": "collection",  # B's own jobs only: A's job is "No such job."
+    "api:operation-export": "collection",  # B's own runs only (tests/operations/test_history_kinds.py)
+    "api:operation-prune": "collection",
     "api:operation-detail": "object",  # the caller's runs only (tests/api/test_stats.py: others' not counted)
     "api:schema": "public",
     "api:docs": "public",

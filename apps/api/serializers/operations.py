@@ -45,6 +45,28 @@ class BackfillOperationInputSerializer(BackfillSerializer):
         return {"job": str(data["job"]), "start": data["start"].isoformat(), "end": data["end"].isoformat()}
 
 
+class ExportOperationInputSerializer(StrictSerializer):
+    """Runs created in [start, end), whatever their status, archived without being deleted."""
+
+    start = UTCDateTimeField(help_text="Inclusive")
+    end = UTCDateTimeField(help_text="Exclusive")
+
+    def validate(self, attrs):
+        if attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError({"end": ["Must be after start."]})
+        return attrs
+
+    def to_params(self) -> dict:
+        return {"start": self.validated_data["start"].isoformat(), "end": self.validated_data["end"].isoformat()}
+
+
+class PruneOperationInputSerializer(StrictSerializer):
+    """No parameters: the tenant's retention says what goes (docs/api.md#operations)."""
+
+    def to_params(self) -> dict:
+        return {}
+
+
 class ProgressSerializer(serializers.Serializer):
     done = serializers.IntegerField(help_text="Items done (runs replayed or looked at, occurrences backfilled)")
     total = serializers.IntegerField(allow_null=True, help_text="null until the task counted them")
@@ -55,7 +77,7 @@ RESULT_SCHEMA = {
     "nullable": True,
     "additionalProperties": {"type": "integer"},
     "description": "The task's result once succeeded, else null: {replayed} for replay, {created, existing} "
-    "for backfill",
+    "for backfill, {runs, archives, bytes} for export, {runs, attempts, dead_letters, archives, bytes} for prune",
 }
 
 

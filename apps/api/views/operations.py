@@ -14,7 +14,9 @@ from ..pagination import IdCursorPagination
 from ..schema import ERRORS
 from ..serializers.operations import (
     BackfillOperationInputSerializer,
+    ExportOperationInputSerializer,
     OperationSerializer,
+    PruneOperationInputSerializer,
     ReplayOperationInputSerializer,
 )
 from .base import TenantViewSet, reject_unknown_params
@@ -104,3 +106,29 @@ class OperationViewSet(TenantViewSet):
             services.backfill_occurrences(job, data["start"], data["end"])  # 400 on `end` over the quota
 
         return self.start(OperationKind.BACKFILL, BackfillOperationInputSerializer, check)
+
+    @extend_schema(
+        operation_id="operations_export",
+        summary="Export a date range of run history",
+        description="Archives every run created in `[start, end)` with its attempts (gzip JSON lines per UTC "
+        "day, kind `export`, in the run archive storage) without deleting anything. " + STARTED,
+        request=ExportOperationInputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={202: OperationSerializer, **ERRORS},
+    )
+    @action(detail=False, methods=["post"])
+    def export(self, request):
+        return self.start(OperationKind.EXPORT, ExportOperationInputSerializer)
+
+    @extend_schema(
+        operation_id="operations_prune",
+        summary="Prune run history now",
+        description="Runs the tenant's retention pass now instead of at the next scheduled one: runs past "
+        "the retention are archived, then deleted (docs/architecture.md#run-history-and-retention). " + STARTED,
+        request=PruneOperationInputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={202: OperationSerializer, **ERRORS},
+    )
+    @action(detail=False, methods=["post"])
+    def prune(self, request):
+        return self.start(OperationKind.PRUNE, PruneOperationInputSerializer)

@@ -102,6 +102,13 @@ class ErrorBody(TypedDict):
     limit: NotRequired[Limit]
 
 
+class ExportOperationInputRequest(TypedDict):
+    """Runs created in [start, end), whatever their status, archived without being deleted."""
+
+    start: str
+    end: str
+
+
 class FireTime(TypedDict):
     utc: str
     local: str
@@ -277,6 +284,12 @@ class PreviewRequest(TypedDict):
 class Progress(TypedDict):
     done: int
     total: int | None
+
+
+class PruneOperationInputRequest(TypedDict):
+    """No parameters: the tenant's retention says what goes (docs/api.md#operations)."""
+
+    pass
 
 
 class ReplayOperationInputRequest(TypedDict):

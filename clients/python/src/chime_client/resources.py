@@ -217,6 +217,17 @@ class Operations(_Resource):
         body = {"job": job, "start": when(start), "end": when(end)}
         return self._run("POST", "/operations/backfill", json=body, headers={"Idempotency-Key": key})
 
+    def export(self, *, start: Time, end: Time, idempotency_key: str | None = None) -> Operation:
+        """Archive every run created in ``[start, end)`` (nothing is deleted)."""
+        key = idempotency_key or str(uuid.uuid4())
+        body = {"start": when(start), "end": when(end)}
+        return self._run("POST", "/operations/export", json=body, headers={"Idempotency-Key": key})
+
+    def prune(self, *, idempotency_key: str | None = None) -> Operation:
+        """The tenant's retention pass now: runs past the retention are archived, then deleted."""
+        key = idempotency_key or str(uuid.uuid4())
+        return self._run("POST", "/operations/prune", json={}, headers={"Idempotency-Key": key})
+
 
 class StatsResource(_Resource):
     def get(self, *, window: str = "hour", limit: int | None = None) -> Stats:
@@ -244,6 +255,8 @@ OPERATIONS = {
     "operations_retrieve": "operations.get",
     "operations_replay": "operations.replay",
     "operations_backfill": "operations.backfill",
+    "operations_export": "operations.export",
+    "operations_prune": "operations.prune",
     "runs_list": "runs.list",
     "runs_retrieve": "runs.get",
     "runs_cancel_create": "runs.cancel",
