@@ -96,3 +96,28 @@ def test_a_bulk_replay_survives_its_worker_killed_halfway(api, tenant, ops_worke
     wait_until(lambda: progress(api, operation_id)["state"] in ("succeeded", "failed"), timeout=120, message="resumed")
     assert_replayed_once(api, operation_id, replay_log)
     assert "operations sent again" in second.log()  # by the sweep, not an hour later by Redis
+
+
+def test_sigterm_hands_a_running_operation_back_and_the_next_worker_resumes_it(api, tenant, ops_worker, replay_log):
+    """A deploy's SIGTERM (to every process of the worker, as a PaaS sends it): the operation stops
+    between two chunks, gives its lease up and its message goes back to the queue, so the worker
+    exits at once instead of running the whole operation out; the next worker resumes it."""
+    import signal
+
+    from apps.operations.models import REQUEUED
+
+    first = ops_worker()
+    operation_id = start_replay(api, tenant)
+    wait_until(lambda: progress(api, operation_id)["progress"]["done"] >= RUNS // 5, timeout=120, interval=0.02)
+    stopping = time.monotonic()
+    first.kill(signal.SIGTERM)
+    first.popen.wait(30)
+    assert time.monotonic() - stopping < 10, "the worker ran the operation out instead of handing it back"
+    handed = Operation.objects.get(pk=operation_id)
+    assert handed.done < RUNS and handed.finished_at is None and handed.lease_owner == REQUEUED, handed.__dict__
+    assert "handed back" in first.log()
+
+    second = ops_worker()
+    wait_until(lambda: progress(api, operation_id)["state"] in ("succeeded", "failed"), timeout=120)
+    assert_replayed_once(api, operation_id, replay_log)
+    assert "operations sent again" not in second.log()  # taken from the queue, not by the sweep
