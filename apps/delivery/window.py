@@ -130,6 +130,9 @@ class Window:
         self._flights: dict = {}  # run id -> Flight
         self._parked: deque[Row] = deque()
         self._parked_ids: set[str] = set()
+        # Runs over their share that found no place to park: (since, row), handed back to the
+        # broker after CHIME_WORKER_OVERFLOW_SECONDS (_hand_back_overflow).
+        self._overflow: deque[tuple[float, Row]] = deque()
         self._ended: queue.SimpleQueue[Flight] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._recorder = threading.Thread(target=self._record_loop, name="chime-recorder", daemon=True)
@@ -232,13 +235,38 @@ class Window:
         ]
 
     def _park(self, row: Row) -> None:
+        """Keep a run that is over its tenant's or host's share until a slot of theirs frees.
+
+        Past CHIME_WORKER_MAX_PARKED a task's run goes back to the broker a moment later
+        (`_hand_back_overflow`), where any process, this one included, may take it when it has
+        room. It used to be left `queued` without a message for the requeue sweep: with every
+        run of a spike aimed at one host, 2-19 % of them waited ~30 s (docs/benchmarks.md)."""
         if len(self._parked) >= settings.CHIME_WORKER_MAX_PARKED:
-            # Left `queued` without a message here: the requeue sweep publishes it again.
             if row.ticket is not None:
+                # A synchronous caller (eager mode) waits on its ticket: the sweep publishes it.
                 row.ticket.settle([row.run_id], {"deferred": 1})
+            else:
+                self._overflow.append((time.monotonic(), row))
             return
         self._parked.append(row)
         self._parked_ids.add(row.run_id)
+
+    def _hand_back_overflow(self, *, everything: bool = False) -> int:
+        """Publish again the overflow runs that waited CHIME_WORKER_OVERFLOW_SECONDS (all of
+        them when draining). Not at once: a process whose host shares stay full would take the
+        same runs off the broker again and again. Still `queued`, so the queue budget keeps
+        counting them; if publishing fails, the requeue sweep does it."""
+        cutoff = time.monotonic() - settings.CHIME_WORKER_OVERFLOW_SECONDS
+        rows = []
+        with self._cond:
+            while self._overflow and (everything or self._overflow[0][0] <= cutoff):
+                rows.append(self._overflow.popleft()[1])
+        for priority, run_ids in by_priority((row.run_id, row.priority) for row in rows).items():
+            try:
+                publish_runs(run_ids, priority=priority)
+            except Exception:
+                logger.warning("could not hand back %d runs over their share; the requeue sweep will", len(run_ids))
+        return len(rows)
 
     def _launch(self, rows: list[Row], *, ticket: Ticket | None, handing_back_ok: bool) -> int:
         """Claim the rows (their slots are taken), then start a request for each claimed run.
@@ -386,6 +414,8 @@ class Window:
                 self._interrupt_all()
             elif not is_draining():
                 self._fill_from_parked(ticket)
+                if ticket is None and self._overflow:
+                    self._hand_back_overflow()
         except Exception:
             logger.exception("delivery window: recording step failed; going on")
         return batch
@@ -487,6 +517,7 @@ class Window:
             parked = list(self._parked)
             self._parked.clear()
             self._parked_ids.clear()
+        self._hand_back_overflow(everything=True)
         for priority, run_ids in by_priority((row.run_id, row.priority) for row in parked).items():
             try:
                 publish_runs(run_ids, priority=priority)

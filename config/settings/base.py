@@ -346,7 +346,11 @@ CHIME_WORKER_DB_RETRY_SECONDS = env.float("CHIME_WORKER_DB_RETRY_SECONDS", defau
 CHIME_WORKER_MAX_IN_FLIGHT = env.int("CHIME_WORKER_MAX_IN_FLIGHT", default=200)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT", default=50)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST", default=50)
-CHIME_WORKER_MAX_PARKED = env.int("CHIME_WORKER_MAX_PARKED", default=1000)
+# Parked runs cost ~300 bytes each; the default is all the scheduler lets the three tiers' queues
+# hold (CHIME_MAX_QUEUED_RUNS each), so one process can park whatever it is given. A run past it
+# goes back to the broker after CHIME_WORKER_OVERFLOW_SECONDS, for whichever process has room.
+CHIME_WORKER_MAX_PARKED = env.int("CHIME_WORKER_MAX_PARKED", default=3 * CHIME_MAX_QUEUED_RUNS)
+CHIME_WORKER_OVERFLOW_SECONDS = env.float("CHIME_WORKER_OVERFLOW_SECONDS", default=1.0)
 
 # --- Scheduler: failing steps hand partitions over (issue #10) -------------------------------
 # apps/scheduler/leases.py StepFailures: after this many failed steps
