@@ -377,6 +377,7 @@ CHIME_LOGIN_RATE_PER_ACCOUNT = env.str("CHIME_LOGIN_RATE_PER_ACCOUNT", default="
 CHIME_LOGIN_RATE_PER_ADDRESS = env.str("CHIME_LOGIN_RATE_PER_ADDRESS", default="50/15min")
 CHIME_PASSWORD_RESET_RATE_PER_ACCOUNT = env.str("CHIME_PASSWORD_RESET_RATE_PER_ACCOUNT", default="3/hour")
 CHIME_PASSWORD_RESET_RATE_PER_ADDRESS = env.str("CHIME_PASSWORD_RESET_RATE_PER_ADDRESS", default="20/hour")
+CHIME_SIGNUP_RATE_PER_ADDRESS = env.str("CHIME_SIGNUP_RATE_PER_ADDRESS", default="10/hour")
 # Proxies in front of the web process that append the client's address to X-Forwarded-For: 0
 # here (REMOTE_ADDR is the client); config/settings/production.py defaults to 1 (the PaaS router).
 CHIME_TRUSTED_PROXY_HOPS = env.int("CHIME_TRUSTED_PROXY_HOPS", default=0)
