@@ -290,6 +290,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "apps.jobs.models.RunStatus",
         "JobStatusEnum": "apps.jobs.models.JobStatus",
+        "ArchiveKindEnum": "apps.history.models.ArchiveKind",
     },
 }
 
