@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import auth, health, jobs, keys, overview, runs, tenancy
+from .views import archives, auth, health, jobs, keys, overview, runs, tenancy
 
 app_name = "dashboard"
 
@@ -34,6 +34,9 @@ urlpatterns = [
     path("runs/<uuid:run_id>/replay/", runs.run_replay, name="run_replay"),
     path("dead-letters/", runs.dead_letters, name="dead_letters"),
     path("dead-letters/replay/", runs.dead_letters_replay, name="dead_letters_replay"),
+    # run archives
+    path("archives/", archives.archive_list, name="archive_list"),
+    path("archives/<uuid:archive_id>/download/", archives.archive_download, name="archive_download"),
     # credentials
     path("keys/", keys.api_keys, name="api_keys"),
     path("keys/new/", keys.api_key_create, name="api_key_create"),

@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from apps.core.models import TenantQuerySet, UUIDModel
@@ -82,7 +83,8 @@ class SigningSecret(UUIDModel):
 
 
 class TenantLimits(models.Model):
-    """Per-tenant overrides of the quotas in settings (CHIME_QUOTA_*, CHIME_API_RATE_LIMIT), set by
+    """Per-tenant overrides of the quotas in settings (CHIME_QUOTA_*, CHIME_API_RATE_LIMIT,
+    CHIME_RUN_RETENTION_DAYS), set by
     staff in the admin. A blank field means the setting's default; apps/tenants/quotas.py is the one
     place that combines them (`effective_limits`)."""
 
@@ -94,6 +96,12 @@ class TenantLimits(models.Model):
     min_retry_backoff_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_retry_attempts = models.PositiveIntegerField(null=True, blank=True)
     max_live_connections = models.PositiveIntegerField(null=True, blank=True, help_text="Dashboard WebSockets.")
+    run_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Days finished runs stay in the run history before they are archived and deleted.",
+    )
     api_rate_limit = models.CharField(
         max_length=32, blank=True, help_text="API requests of the whole tenant, e.g. '600/min' (all keys together)."
     )

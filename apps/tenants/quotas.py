@@ -29,6 +29,7 @@ class Limits:
     min_retry_backoff_seconds: int
     max_retry_attempts: int
     max_live_connections: int
+    run_retention_days: int
     api_rate: Rate
 
 
@@ -41,6 +42,7 @@ LIMIT_SETTINGS = {
     "min_retry_backoff_seconds": "CHIME_QUOTA_MIN_RETRY_BACKOFF_SECONDS",
     "max_retry_attempts": "CHIME_QUOTA_MAX_RETRY_ATTEMPTS",
     "max_live_connections": "CHIME_QUOTA_MAX_LIVE_CONNECTIONS",
+    "run_retention_days": "CHIME_RUN_RETENTION_DAYS",
     "api_rate": "CHIME_API_RATE_LIMIT",
 }
 

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "apps.delivery",
     "apps.api",
     "apps.dashboard",
+    "apps.history",
 ]
 
 MIDDLEWARE = [
@@ -146,6 +147,37 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
+
+# Run history (apps/history, docs/architecture.md#run-history-and-retention): terminal runs older
+# than the retention (a tenant's TenantLimits may override it) are archived, then deleted; dead
+# letters (failed runs) are kept until replayed or for their own, longer retention.
+CHIME_RUN_RETENTION_DAYS = env.int("CHIME_RUN_RETENTION_DAYS", default=30)
+CHIME_DEAD_LETTER_RETENTION_DAYS = env.int("CHIME_DEAD_LETTER_RETENTION_DAYS", default=90)
+CHIME_PRUNE_BATCH_SIZE = env.int("CHIME_PRUNE_BATCH_SIZE", default=5000)  # runs per archive part and transaction
+# Where archives go: "filesystem" (CHIME_ARCHIVE_DIR) or "s3" (any S3-compatible store through
+# django-storages; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY as boto3 reads them).
+CHIME_ARCHIVE_STORAGE = env.str("CHIME_ARCHIVE_STORAGE", default="filesystem")
+CHIME_ARCHIVE_DIR = env.str("CHIME_ARCHIVE_DIR", default=str(VAR_DIR / "media" / "archive"))
+if CHIME_ARCHIVE_STORAGE == "filesystem":
+    STORAGES["chime_archive"] = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": CHIME_ARCHIVE_DIR, "base_url": None},
+    }
+elif CHIME_ARCHIVE_STORAGE == "s3":
+    STORAGES["chime_archive"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": env.str("CHIME_ARCHIVE_S3_BUCKET"),
+            "location": env.str("CHIME_ARCHIVE_S3_PREFIX", default="chime-archive"),
+            "endpoint_url": env.str("CHIME_ARCHIVE_S3_ENDPOINT_URL", default=None),
+            "region_name": env.str("CHIME_ARCHIVE_S3_REGION", default=None),
+            "default_acl": None,
+            "querystring_auth": True,
+            "file_overwrite": False,
+        },
+    }
+else:
+    raise ImproperlyConfigured(f"CHIME_ARCHIVE_STORAGE must be 'filesystem' or 's3', not {CHIME_ARCHIVE_STORAGE!r}.")
 
 # plain: one human line per record; json: one JSON object per line with the run/job/tenant fields
 # it is about (apps/core/logs.py, docs/operations.md#logs).
@@ -258,6 +290,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "apps.jobs.models.RunStatus",
         "JobStatusEnum": "apps.jobs.models.JobStatus",
+        "ArchiveKindEnum": "apps.history.models.ArchiveKind",
     },
 }
 

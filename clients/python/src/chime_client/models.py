@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+ArchiveKindEnum = Literal["prune", "export"]
 BlankEnum = Literal[""]
 ConcurrencyPolicyEnum = Literal["allow", "forbid", "replace"]
 DstEnum = Literal["gap", "overlap"]
@@ -46,6 +47,18 @@ class ApiKeyCreated(TypedDict):
 
 class ApiKeyInputRequest(TypedDict):
     name: NotRequired[str]
+
+
+class Archive(TypedDict):
+    id: str
+    kind: ArchiveKindEnum
+    day: str
+    part: int
+    run_count: int
+    attempt_count: int
+    bytes: int
+    sha256: str
+    created_at: str
 
 
 class Attempt(TypedDict):
@@ -209,6 +222,11 @@ class Limit(TypedDict):
 
 class PaginatedApiKeyList(TypedDict):
     results: list[ApiKey]
+    next: str | None
+
+
+class PaginatedArchiveList(TypedDict):
+    results: list[Archive]
     next: str | None
 
 
