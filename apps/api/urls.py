@@ -2,6 +2,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
+from .views.archives import ArchiveViewSet
 from .views.base import not_found
 from .views.jobs import JobViewSet
 from .views.keys import ApiKeyViewSet
@@ -16,6 +17,7 @@ router.register("jobs", JobViewSet, basename="job")
 router.register("runs", RunViewSet, basename="run")
 router.register("api-keys", ApiKeyViewSet, basename="api-key")
 router.register("operations", OperationViewSet, basename="operation")
+router.register("archives", ArchiveViewSet, basename="archive")
 
 app_name = "api"
 urlpatterns = [

@@ -10,7 +10,8 @@ layer: `async_to_sync(channel_layer.group_send)` from a Celery worker can hit "E
 closed" (django/channels_redis#332), while a synchronous redis-py client works the same in the
 scheduler, a forked Celery child, a web request or a management command. The client is created
 lazily per process (and again after a fork), with short timeouts, so a slow or absent Redis costs
-a writer at most a second and never raises.
+a writer at most a second and never raises; after a failure the process leaves Redis alone for
+DOWN_SECONDS, so an outage does not cost every request its own timeout.
 
 Events carry only run ids and statuses; the consumer re-reads the rows from the database within
 the subscriber's tenant, so an event can never show another tenant's data. Without REDIS_URL
@@ -21,6 +22,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -32,6 +34,11 @@ logger = logging.getLogger(__name__)
 CHANNEL_PREFIX = "chime:runs:"
 MAX_RUNS_PER_MESSAGE = 500
 TIMEOUT_SECONDS = 1.0
+# After a call to Redis fails, this process leaves Redis alone this long (`redis_unavailable`):
+# during an outage each request would otherwise wait its own timeout (and the client's retries),
+# ~1 s per publish and per rate-limit check.
+DOWN_SECONDS = 5.0
+_down_until = 0.0
 
 _client = None
 _client_pid = None
@@ -72,6 +79,17 @@ def _redis():
         return _client
 
 
+def redis_unavailable() -> bool:
+    """True for DOWN_SECONDS after `note_redis_failure`: skip Redis (best-effort calls) or use a
+    local fallback (rate limits) instead of waiting for a timeout on every call."""
+    return time.monotonic() < _down_until
+
+
+def note_redis_failure() -> None:
+    global _down_until
+    _down_until = time.monotonic() + DOWN_SECONDS
+
+
 def shared_client():
     """This process's Redis client on REDIS_URL, for other short calls to the same server (the
     broker's epoch marker, apps/delivery/enqueue.py): one client per process, fork-safe."""
@@ -87,7 +105,7 @@ def runs_changed(changes: Iterable[tuple]) -> None:
     for change in changes:
         tenant_id, run_id = change[0], change[1]
         by_tenant[str(tenant_id)][str(run_id)] = change[2] if len(change) > 2 else None
-    if not by_tenant:
+    if not by_tenant or redis_unavailable():
         return
     try:
         pipe = _redis().pipeline(transaction=False)
@@ -97,6 +115,7 @@ def runs_changed(changes: Iterable[tuple]) -> None:
                 pipe.publish(channel_for(tenant_id), encode(items[start : start + MAX_RUNS_PER_MESSAGE]))
         pipe.execute()
     except Exception:  # best effort by contract: a dashboard event must never break a write path
+        note_redis_failure()
         logger.warning("could not publish run events for %d tenants", len(by_tenant), exc_info=True)
 
 

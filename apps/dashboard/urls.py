@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import auth, health, jobs, keys, operations, overview, runs, tenancy
+from .views import archives, auth, health, jobs, keys, operations, overview, runs, tenancy
 
 app_name = "dashboard"
 
@@ -38,6 +38,9 @@ urlpatterns = [
     # bulk operations
     path("operations/", operations.operation_list, name="operation_list"),
     path("operations/<uuid:operation_id>/", operations.operation_detail, name="operation_detail"),
+    # run archives
+    path("archives/", archives.archive_list, name="archive_list"),
+    path("archives/<uuid:archive_id>/download/", archives.archive_download, name="archive_download"),
     # credentials
     path("keys/", keys.api_keys, name="api_keys"),
     path("keys/new/", keys.api_key_create, name="api_key_create"),

@@ -99,6 +99,7 @@ class Row:
     priority: str
     ticket: Ticket | None
     guarded_job: str | None = None  # its job, if that job's concurrency policy is not `allow`
+    sharing: bool = False  # counted in its tenant's and host's shares (from claim to landing)
 
 
 @dataclass(eq=False)
@@ -130,6 +131,9 @@ class Window:
         self._flights: dict = {}  # run id -> Flight
         self._parked: deque[Row] = deque()
         self._parked_ids: set[str] = set()
+        # Runs over their share that found no place to park: (since, row), handed back to the
+        # broker after CHIME_WORKER_OVERFLOW_SECONDS (_hand_back_overflow).
+        self._overflow: deque[tuple[float, Row]] = deque()
         self._ended: queue.SimpleQueue[Flight] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._recorder = threading.Thread(target=self._record_loop, name="chime-recorder", daemon=True)
@@ -155,17 +159,27 @@ class Window:
         self._slots += 1
         self._by_tenant[row.tenant] += 1
         self._by_host[row.host] += 1
+        row.sharing = True
+
+    def _unshare(self, row: Row) -> None:
+        """Out of its tenant's and host's shares (the caller holds the condition). A request that
+        has landed no longer loads its endpoint: the shares free when the response is in, the
+        window's slot only once the outcome is recorded (it bounds what is held unrecorded)."""
+        if not row.sharing:
+            return
+        row.sharing = False
+        self._by_tenant[row.tenant] -= 1
+        self._by_host[row.host] -= 1
+        if self._by_tenant[row.tenant] <= 0:
+            del self._by_tenant[row.tenant]
+        if self._by_host[row.host] <= 0:
+            del self._by_host[row.host]
 
     def _free(self, rows) -> None:
         with self._cond:
             for row in rows:
                 self._slots -= 1
-                self._by_tenant[row.tenant] -= 1
-                self._by_host[row.host] -= 1
-                if self._by_tenant[row.tenant] <= 0:
-                    del self._by_tenant[row.tenant]
-                if self._by_host[row.host] <= 0:
-                    del self._by_host[row.host]
+                self._unshare(row)
             self._cond.notify_all()
 
     def in_flight(self) -> int:
@@ -232,13 +246,38 @@ class Window:
         ]
 
     def _park(self, row: Row) -> None:
+        """Keep a run that is over its tenant's or host's share until a slot of theirs frees.
+
+        Past CHIME_WORKER_MAX_PARKED a task's run goes back to the broker a moment later
+        (`_hand_back_overflow`), where any process, this one included, may take it when it has
+        room. It used to be left `queued` without a message for the requeue sweep: with every
+        run of a spike aimed at one host, 2-19 % of them waited ~30 s (docs/benchmarks.md)."""
         if len(self._parked) >= settings.CHIME_WORKER_MAX_PARKED:
-            # Left `queued` without a message here: the requeue sweep publishes it again.
             if row.ticket is not None:
+                # A synchronous caller (eager mode) waits on its ticket: the sweep publishes it.
                 row.ticket.settle([row.run_id], {"deferred": 1})
+            else:
+                self._overflow.append((time.monotonic(), row))
             return
         self._parked.append(row)
         self._parked_ids.add(row.run_id)
+
+    def _hand_back_overflow(self, *, everything: bool = False) -> int:
+        """Publish again the overflow runs that waited CHIME_WORKER_OVERFLOW_SECONDS (all of
+        them when draining). Not at once: a process whose host shares stay full would take the
+        same runs off the broker again and again. Still `queued`, so the queue budget keeps
+        counting them; if publishing fails, the requeue sweep does it."""
+        cutoff = time.monotonic() - settings.CHIME_WORKER_OVERFLOW_SECONDS
+        rows = []
+        with self._cond:
+            while self._overflow and (everything or self._overflow[0][0] <= cutoff):
+                rows.append(self._overflow.popleft()[1])
+        for priority, run_ids in by_priority((row.run_id, row.priority) for row in rows).items():
+            try:
+                publish_runs(run_ids, priority=priority)
+            except Exception:
+                logger.warning("could not hand back %d runs over their share; the requeue sweep will", len(run_ids))
+        return len(rows)
 
     def _launch(self, rows: list[Row], *, ticket: Ticket | None, handing_back_ok: bool) -> int:
         """Claim the rows (their slots are taken), then start a request for each claimed run.
@@ -358,6 +397,9 @@ class Window:
             flight.response = future.result()
         except BaseException:  # cancelled by a shutdown past its grace (or a transport bug)
             flight.response = failed_response(flight.request, "interrupted: the worker shut down", ERROR_INTERRUPTED)
+        with self._cond:
+            self._unshare(flight.row)
+            self._cond.notify_all()
         (flight.row.ticket.ended if flight.row.ticket is not None else self._ended).put(flight)
 
     # -- recording ---------------------------------------------------------------------------
@@ -380,12 +422,18 @@ class Window:
             except queue.Empty:
                 break
         try:
+            # Parked runs first: the batch's shares freed as its responses landed, so the next
+            # requests to those tenants and hosts are out while the batch is being recorded.
+            if not grace_over() and not is_draining():
+                self._fill_from_parked(ticket)
             if batch:
                 self._record(batch)
             if grace_over():
                 self._interrupt_all()
             elif not is_draining():
                 self._fill_from_parked(ticket)
+                if ticket is None and self._overflow:
+                    self._hand_back_overflow()
         except Exception:
             logger.exception("delivery window: recording step failed; going on")
         return batch
@@ -487,6 +535,7 @@ class Window:
             parked = list(self._parked)
             self._parked.clear()
             self._parked_ids.clear()
+        self._hand_back_overflow(everything=True)
         for priority, run_ids in by_priority((row.run_id, row.priority) for row in parked).items():
             try:
                 publish_runs(run_ids, priority=priority)

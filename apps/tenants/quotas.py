@@ -255,6 +255,13 @@ def take_login_attempt(*, username: str, address: str) -> Decision:
     )
 
 
+def take_signup(*, address: str) -> Decision:
+    """One sign-up attempt from this client address: each sign-up makes a tenant with its own
+    quotas, so an unthrottled form would let one client mint tenants (and quotas) at will."""
+    rate = Rate.parse(settings.CHIME_SIGNUP_RATE_PER_ADDRESS)
+    return acquire(f"signup:address:{_digest(address)}", limit=rate.count, ttl_seconds=rate.seconds)
+
+
 def take_password_reset(*, email: str, address: str) -> Decision:
     return _take_pair(
         "password-reset",

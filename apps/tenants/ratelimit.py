@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from apps.core.events import note_redis_failure, redis_unavailable
+
 logger = logging.getLogger(__name__)
 
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -112,28 +114,30 @@ def acquire(name: str, *, limit: int, ttl_seconds: float, member: str | None = N
     ttl_ms = max(int(ttl_seconds * 1000), 1)
     if limit <= 0 or cost > limit:
         return Decision(False, max(math.ceil(ttl_seconds), 1))
-    if settings.REDIS_URL:
+    if settings.REDIS_URL and not redis_unavailable():
         try:
             allowed, wait_ms = _redis_script()(keys=[_key(name)], args=[member, ttl_ms, limit, cost])
         except Exception:
-            # Fail open: a Redis outage must not lock every tenant out of the API and the dashboard
-            # (docs/api.md#limits-and-quotas). Logged, so the outage is seen.
-            logger.warning("rate limit %s not checked: Redis unavailable", name.split(":")[0], exc_info=True)
-            return Decision(True)
-        return Decision(bool(allowed), 0 if allowed else max(math.ceil(int(wait_ms) / 1000), 1))
+            # Redis is away: this process counts on its own for a while (the limit then holds per
+            # process instead of across them) rather than refusing every request or enforcing
+            # nothing (docs/api.md#limits-and-quotas). Logged, so the outage is seen.
+            note_redis_failure()
+            logger.warning("rate limit %s counted in this process: Redis unavailable", name.split(":")[0], exc_info=1)
+        else:
+            return Decision(bool(allowed), 0 if allowed else max(math.ceil(int(wait_ms) / 1000), 1))
     return _acquire_local(_key(name), member, limit, ttl_ms / 1000, cost)
 
 
 def release(name: str, member: str) -> None:
     """Give a held slot back (a closed connection); expiry is the fallback when this never runs."""
-    if settings.REDIS_URL:
+    if settings.REDIS_URL and not redis_unavailable():
         try:
             from apps.core.events import shared_client
 
             shared_client().zrem(_key(name), member)
         except Exception:
+            note_redis_failure()
             logger.warning("could not release a slot of %s; it expires on its own", name, exc_info=True)
-        return
     with _local_lock:
         _local.get(_key(name), {}).pop(member, None)
 

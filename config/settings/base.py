@@ -298,6 +298,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "apps.jobs.models.RunStatus",
         "JobStatusEnum": "apps.jobs.models.JobStatus",
+        "ArchiveKindEnum": "apps.history.models.ArchiveKind",
     },
 }
 
@@ -386,7 +387,11 @@ CHIME_WORKER_DB_RETRY_SECONDS = env.float("CHIME_WORKER_DB_RETRY_SECONDS", defau
 CHIME_WORKER_MAX_IN_FLIGHT = env.int("CHIME_WORKER_MAX_IN_FLIGHT", default=200)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT", default=50)
 CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = env.int("CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST", default=50)
-CHIME_WORKER_MAX_PARKED = env.int("CHIME_WORKER_MAX_PARKED", default=1000)
+# Parked runs cost ~300 bytes each; the default is all the scheduler lets the three tiers' queues
+# hold (CHIME_MAX_QUEUED_RUNS each), so one process can park whatever it is given. A run past it
+# goes back to the broker after CHIME_WORKER_OVERFLOW_SECONDS, for whichever process has room.
+CHIME_WORKER_MAX_PARKED = env.int("CHIME_WORKER_MAX_PARKED", default=3 * CHIME_MAX_QUEUED_RUNS)
+CHIME_WORKER_OVERFLOW_SECONDS = env.float("CHIME_WORKER_OVERFLOW_SECONDS", default=1.0)
 
 # --- Scheduler: failing steps hand partitions over (issue #10) -------------------------------
 # apps/scheduler/leases.py StepFailures: after this many failed steps
@@ -413,6 +418,7 @@ CHIME_LOGIN_RATE_PER_ACCOUNT = env.str("CHIME_LOGIN_RATE_PER_ACCOUNT", default="
 CHIME_LOGIN_RATE_PER_ADDRESS = env.str("CHIME_LOGIN_RATE_PER_ADDRESS", default="50/15min")
 CHIME_PASSWORD_RESET_RATE_PER_ACCOUNT = env.str("CHIME_PASSWORD_RESET_RATE_PER_ACCOUNT", default="3/hour")
 CHIME_PASSWORD_RESET_RATE_PER_ADDRESS = env.str("CHIME_PASSWORD_RESET_RATE_PER_ADDRESS", default="20/hour")
+CHIME_SIGNUP_RATE_PER_ADDRESS = env.str("CHIME_SIGNUP_RATE_PER_ADDRESS", default="10/hour")
 # Proxies in front of the web process that append the client's address to X-Forwarded-For: 0
 # here (REMOTE_ADDR is the client); config/settings/production.py defaults to 1 (the PaaS router).
 CHIME_TRUSTED_PROXY_HOPS = env.int("CHIME_TRUSTED_PROXY_HOPS", default=0)

@@ -20,3 +20,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # session when the sources changed (config/staticfiles.py).
 # Two suites on one server (e.g. a developer's run beside CI) each need their own database.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("CHIME_TEST_DATABASE", "test_chime")}  # noqa: F405
+# The suite signs up from the test client's one address many times, run after run (the counter
+# lives in Redis for an hour); tests/dashboard/test_login_throttle.py sets the limit it tests.
+CHIME_SIGNUP_RATE_PER_ADDRESS = "1000/hour"

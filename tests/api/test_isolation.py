@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from apps.history.models import ArchiveKind, RunArchive
 from apps.jobs.models import JobDefinition, JobRun, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -34,6 +35,8 @@ ROUTES = {
     "api:signing-secret": "collection",
     "api:signing-secret-rotate": "collection",
     "api:schedule-preview": "collection",
+    "api:archive-list": "collection",
+    "api:archive-download": "object",  # tests/history/test_api.py downloads A's own file too
     "api:stats": "collection",  # the caller's runs only (tests/api/test_stats.py: others' not counted)
     "api:operation-list": "collection",
     "api:operation-replay": "collection",  # B's own dead letters only (tests/operations/test_operations.py)
@@ -105,7 +108,25 @@ def tenant_a_objects(api, tenant):
     key = api.post("/api/v1/api-keys", {"name": "a-key"}, format="json").json()
     secret = api.get("/api/v1/signing-secret").json()["secret"]
     operation = api.post("/api/v1/operations/replay", {"job": job["id"]}, format="json").json()
-    return {"job": job["id"], "run": str(run.id), "api-key": key["id"], "secret": secret, "operation": operation["id"]}
+    archive = RunArchive.objects.create(
+        tenant=tenant,
+        kind=ArchiveKind.PRUNE,
+        day=when.date(),
+        part=1,
+        path="prune/a.jsonl.gz",
+        run_count=1,
+        attempt_count=0,
+        bytes=1,
+        sha256="0" * 64,
+    )
+    return {
+        "job": job["id"],
+        "run": str(run.id),
+        "api-key": key["id"],
+        "secret": secret,
+        "archive": str(archive.id),
+        "operation": operation["id"],
+    }
 
 
 def path_for(template: str, name: str, objects: dict) -> str:

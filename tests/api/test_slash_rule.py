@@ -11,7 +11,8 @@ from tests.api.test_isolation import api_routes, path_for
 
 pytestmark = pytest.mark.django_db
 
-IDS = {"job": str(uuid.uuid4()), "run": str(uuid.uuid4()), "api-key": str(uuid.uuid4()), "operation": str(uuid.uuid4())}
+IDS = {"job": str(uuid.uuid4()), "run": str(uuid.uuid4()), "api-key": str(uuid.uuid4()), "archive": str(uuid.uuid4()),
+       "operation": str(uuid.uuid4())}  # fmt: skip
 
 
 def routes():

@@ -155,23 +155,59 @@ def test_concurrent_hits_never_pass_more_than_the_limit(backend, settings):
     assert allowed.count(True) == 50 and len(allowed) == 320
 
 
-def test_with_redis_unreachable_the_limit_fails_open_and_says_so(api, caplog):
-    """A Redis outage must not lock every tenant out of the API: requests pass, with a warning.
-    The process's Redis client is pointed at a port where nothing listens."""
+class RefusingRedis:
+    """A TCP port that accepts and at once closes every connection, counting them: a Redis that is
+    down but answers fast (nothing listening would be as fast; this one also counts the tries)."""
+
+    def __init__(self):
+        import socket
+
+        self.tries = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return
+            self.tries += 1
+            connection.close()
+
+    def close(self):
+        self._server.close()
+
+
+def test_with_redis_unreachable_the_limit_is_counted_in_the_process_and_redis_left_alone(api, caplog, settings):
+    """A Redis outage must neither lock every tenant out of the API nor lift the limits: the web
+    process counts on its own, and for a few seconds after a failed call it does not try Redis
+    again (each request used to wait for its own connection timeout)."""
     import os
 
     from apps.core import events
 
+    settings.CHIME_API_RATE_LIMIT = "3/min"
+    down = RefusingRedis()
     with events._client_lock:
         saved = events._client, events._client_pid
-        events._client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+        events._client = redis.Redis(host="127.0.0.1", port=down.port, socket_connect_timeout=1, socket_timeout=1)
         events._client_pid = os.getpid()
     try:
-        assert api.get("/api/v1/jobs").status_code == 200
+        codes = [api.get("/api/v1/jobs").status_code]
+        tries_after_first = down.tries
+        codes += [api.get("/api/v1/jobs").status_code for _ in range(3)]
+        tries_after_all = down.tries
     finally:
         with events._client_lock:
             events._client, events._client_pid = saved
-    assert "not checked: Redis unavailable" in caplog.text
+        events._down_until = 0.0
+        down.close()
+    assert codes == [200, 200, 200, 429], "the limit held, counted in this process"
+    assert tries_after_first >= 1, "the first request did try Redis"
+    assert tries_after_all == tries_after_first, "the later ones did not"
+    assert "counted in this process: Redis unavailable" in caplog.text
 
 
 def test_the_limits_come_with_the_key_not_in_a_query_of_their_own(api, tenant):

@@ -5,6 +5,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from apps.history.models import RunArchive
 from apps.jobs.models import JobRun, JobStatus, RunStatus
 from apps.operations.models import Operation
 from apps.operations.services import operation_start
@@ -22,7 +23,24 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 def other_objects(other_job, other_failed_run, other_tenant):
     key = api_key_create(tenant=other_tenant, name="globex-key").api_key
     operation = operation_start(tenant=other_tenant, kind="replay", params={}, created_by="user:globex-owner")
-    return {"job": other_job.id, "run": other_failed_run.id, "key": key.id, "operation": operation.id}
+    archive = RunArchive.objects.create(
+        tenant=other_tenant,
+        kind="prune",
+        day="2026-01-01",
+        part=1,
+        path="x.gz",
+        run_count=1,
+        attempt_count=0,
+        bytes=1,
+        sha256="0" * 64,
+    )
+    return {
+        "job": other_job.id,
+        "run": other_failed_run.id,
+        "key": key.id,
+        "archive": archive.id,
+        "operation": operation.id,
+    }
 
 
 # Every dashboard route, by what it holds. A route added without an entry here fails
@@ -61,9 +79,11 @@ ROUTES = {
     "run_attempts": "run",
     "run_replay": "run",
     "api_key_revoke": "key",
+    "archive_list": "tenant",
+    "archive_download": "archive",
     "operation_detail": "operation",
 }
-KWARG = {"job": "job_id", "run": "run_id", "key": "key_id", "operation": "operation_id"}
+KWARG = {"job": "job_id", "run": "run_id", "key": "key_id", "archive": "archive_id", "operation": "operation_id"}
 POST_ONLY = {"job_pause", "job_resume", "job_trigger", "run_replay", "api_key_revoke"}
 
 
@@ -115,7 +135,8 @@ def test_bulk_replay_ignores_runs_of_another_tenant(owner_client, failed_run, ot
 
 def test_lists_show_nothing_of_another_tenant(owner_client, job, failed_run, other_objects, other_tenant):
     make_run(job)
-    pages = ["/", "/jobs/", "/runs/", "/dead-letters/", "/keys/", "/operations/", f"/runs/?job={other_objects['job']}"]
+    pages = ["/", "/jobs/", "/runs/", "/dead-letters/", "/keys/", "/archives/", "/operations/"]
+    pages.append(f"/runs/?job={other_objects['job']}")
     for path in pages:
         html = owner_client.get(path).content.decode()
         assert "globex" not in html.lower(), path

@@ -23,6 +23,7 @@ def clean_limits(settings):
     settings.CHIME_LOGIN_RATE_PER_ADDRESS = "1000/15min"
     settings.CHIME_PASSWORD_RESET_RATE_PER_ACCOUNT = "1000/hour"
     settings.CHIME_PASSWORD_RESET_RATE_PER_ADDRESS = "1000/hour"
+    settings.CHIME_SIGNUP_RATE_PER_ADDRESS = "1000/hour"
 
 
 @pytest.fixture
@@ -137,3 +138,23 @@ def test_the_admin_login_shares_the_login_limits(owner, settings):
     )
     assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
     assert_throttled(login("owner@acme.test", PASSWORD, address="203.0.113.3")[1])
+
+
+def test_sign_up_is_throttled_per_client_address_and_keeps_what_was_typed(db, settings):
+    """Each sign-up makes a tenant with quotas of its own: one client must not mint them at will."""
+    from apps.tenants.models import Tenant
+
+    settings.CHIME_SIGNUP_RATE_PER_ADDRESS = "2/hour"
+
+    def sign_up(n, address="198.51.100.20"):
+        return Client(REMOTE_ADDR=address).post(
+            "/signup/", {"email": f"u{n}@example.test", "password": "a-long-passphrase-42", "tenant_name": f"Org {n}"}
+        )
+
+    assert [sign_up(n).status_code for n in range(2)] == [302, 302]
+    refused = sign_up(2)
+    assert refused.status_code == 429 and 1 <= int(refused["Retry-After"]) <= 3600
+    body = refused.content.decode()
+    assert "Too many sign-ups" in body and "u2@example.test" in body
+    assert Tenant.objects.count() == 2, "no tenant made past the limit"
+    assert sign_up(3, address="198.51.100.21").status_code == 302, "another address is not affected"

@@ -167,6 +167,37 @@ def test_a_worker_killed_mid_window_has_its_runs_delivered_again(tenant, receive
     assert lost >= 5, "the runs in flight were recovered by the lease sweep"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_runs_over_their_share_past_the_parking_go_back_to_the_broker_not_to_the_sweep(
+    tenant, receiver, redis_required
+):
+    """A process that can neither send nor park a run hands it back to the broker a moment later.
+
+    Every run aims at one host: 2 in flight, 2 parked, the other 8 of the message overflow. They
+    used to stay `queued` with no message until the requeue sweep (30 s by default; here there is
+    no scheduler at all, so they would never move). Now they come back from the broker and are
+    delivered, each once."""
+    from apps.delivery.enqueue import publish_runs
+
+    receiver.respond = held = Concurrency(0.3)
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 12)
+    caps = {"CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST": "2", "CHIME_WORKER_MAX_PARKED": "2",
+            "CHIME_WORKER_OVERFLOW_SECONDS": "0.5"}  # fmt: skip
+    worker = start_worker(name="overflow", queues="runs.default", concurrency=1, **FAST, **caps)
+    try:
+        publish_runs(ids(runs), priority="default")
+        wait_until(
+            lambda: JobRun.objects.filter(id__in=ids(runs), status=RunStatus.SUCCEEDED).count() == len(runs),
+            timeout=45,
+            message="every run delivered without a sweep",
+        )
+    finally:
+        worker.stop()
+    assert sorted(d.webhook_id for d in receiver.received()) == sorted(ids(runs)), "each run delivered once"
+    assert held.most == 2, "the host's share held throughout"
+
+
 def sessions_opened() -> int:
     """Connections ever opened to this database (PostgreSQL's own counter, PG 14+)."""
     from django.db import connection

@@ -20,6 +20,16 @@ def signup(request):
     if request.user.is_authenticated:
         return redirect("dashboard:overview")
     form = SignupForm(request.POST or None)
+    if request.method == "POST":
+        # Counted before the form is looked at, like the login form (ThrottledFormMixin).
+        decision = quotas.take_signup(address=quotas.client_address(request.META))
+        if not decision.allowed:
+            form._errors, form.cleaned_data = ErrorDict(), {}  # not validated; what was typed stays
+            form.add_error(None, f"Too many sign-ups from your address. Try again in "
+                                 f"{max(1, -(-decision.retry_after_seconds // 60))} minute(s).")  # fmt: skip
+            response = render(request, "dashboard/auth/signup.html", {"form": form}, status=429)
+            response["Retry-After"] = str(decision.retry_after_seconds)
+            return response
     if request.method == "POST" and form.is_valid():
         membership = account_signup(**form.cleaned_data)
         login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")

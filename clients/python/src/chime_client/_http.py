@@ -108,6 +108,8 @@ def result(response: httpx.Response) -> Any:
     """The parsed body of a success, or the matching :class:`~chime_client.errors.ApiError`."""
     if response.status_code == 204 or not response.content:
         body = None
+    elif response.headers.get("content-type", "").startswith(("application/gzip", "application/octet-stream")):
+        body = response.content  # a file (an archive download): its bytes as they are
     else:
         try:
             body = response.json()

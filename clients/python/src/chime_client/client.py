@@ -19,7 +19,7 @@ import httpx
 from . import __version__
 from ._http import API_PREFIX, Call, RetryPolicy, api_root, next_call, result
 from .errors import TransportError
-from .resources import ApiKeys, Jobs, Operations, Runs, Schedules, SigningSecrets, StatsResource
+from .resources import ApiKeys, Archives, Jobs, Operations, Runs, Schedules, SigningSecrets, StatsResource
 
 FINISHED = {"succeeded", "failed", "cancelled", "skipped"}
 
@@ -46,6 +46,7 @@ class _Base:
         self.runs = Runs(self)
         self.operations = Operations(self)
         self.api_keys = ApiKeys(self)
+        self.archives = Archives(self)
         self.signing_secret = SigningSecrets(self)
         self.schedules = Schedules(self)
         self.stats = StatsResource(self)

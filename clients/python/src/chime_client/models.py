@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+ArchiveKindEnum = Literal["prune", "export"]
 BlankEnum = Literal[""]
 ConcurrencyPolicyEnum = Literal["allow", "forbid", "replace"]
 DstEnum = Literal["gap", "overlap"]
 ErrorKindEnum = Literal["network", "timeout", "refused", "invalid_target", "http", "worker_lost"]
 GapEnum = Literal["shift", "skip"]
 JobStatusEnum = Literal["active", "paused", "completed", "deleted"]
-KindEnum = Literal["replay", "backfill", "export", "prune"]
 MethodEnum = Literal["POST", "PUT", "PATCH", "DELETE", "GET"]
 MisfirePolicyEnum = Literal["catch_up", "skip", "coalesce"]
 NullEnum = None
+OperationKindEnum = Literal["replay", "backfill", "export", "prune"]
 OverlapEnum = Literal["first", "both"]
 PriorityEnum = Literal["high", "default", "low"]
 RunStatusEnum = Literal["scheduled", "queued", "running", "retrying", "succeeded", "failed", "cancelled", "skipped"]
@@ -48,6 +49,18 @@ class ApiKeyCreated(TypedDict):
 
 class ApiKeyInputRequest(TypedDict):
     name: NotRequired[str]
+
+
+class Archive(TypedDict):
+    id: str
+    kind: ArchiveKindEnum
+    day: str
+    part: int
+    run_count: int
+    attempt_count: int
+    bytes: int
+    sha256: str
+    created_at: str
 
 
 class Attempt(TypedDict):
@@ -226,7 +239,7 @@ class Limit(TypedDict):
 
 class Operation(TypedDict):
     id: str
-    kind: KindEnum
+    kind: OperationKindEnum
     params: dict[str, Any]
     state: StateEnum
     progress: Progress
@@ -239,6 +252,11 @@ class Operation(TypedDict):
 
 class PaginatedApiKeyList(TypedDict):
     results: list[ApiKey]
+    next: str | None
+
+
+class PaginatedArchiveList(TypedDict):
+    results: list[Archive]
     next: str | None
 
 

@@ -156,6 +156,17 @@ class ApiKeys(_Resource):
         return self._run("DELETE", f"/api-keys/{key_id}")
 
 
+class Archives(_Resource):
+    def list(self, *, kind: str | None = None, limit=None):
+        """Run archive files, newest first (``kind``: prune or export)."""
+        return self._paginate("/archives", {"kind": kind, "limit": limit})
+
+    def download(self, archive_id: str) -> bytes:
+        """The file's bytes: gzip-compressed JSON lines, one run (with ``attempts``) a line:
+        ``[json.loads(line) for line in gzip.decompress(data).splitlines()]``."""
+        return self._run("GET", f"/archives/{archive_id}/download")
+
+
 class SigningSecrets(_Resource):
     def get(self) -> SigningSecret:
         return self._run("GET", "/signing-secret")
@@ -240,6 +251,8 @@ OPERATIONS = {
     "api_keys_list": "api_keys.list",
     "api_keys_create": "api_keys.create",
     "api_keys_destroy": "api_keys.revoke",
+    "archives_list": "archives.list",
+    "archives_download": "archives.download",
     "jobs_list": "jobs.list",
     "jobs_create": "jobs.create",
     "jobs_batch_create": "jobs.create_many",
