@@ -16,6 +16,8 @@ from datetime import date, datetime
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import storages
+from django.db import connection
+from django.db.models.expressions import RawSQL
 
 from apps.jobs.models import RunAttempt
 from apps.jobs.secrets import redact_headers
@@ -81,10 +83,20 @@ def _json_default(value):
     return str(value)  # UUIDs
 
 
+def id_set(ids: list):
+    """The right-hand side of an `__in` lookup for a batch of ids: on PostgreSQL one array
+    parameter (`IN (SELECT unnest(%s::uuid[]))`) instead of 5,000 placeholders, which cost the
+    client more to build and send than the statement costs the server (bench/prune_service.py
+    under cProfile: a quarter of a pass)."""
+    if connection.vendor == "postgresql":
+        return RawSQL("SELECT unnest(%s::uuid[])", (list(ids),))
+    return list(ids)
+
+
 def run_records(runs: list[dict]) -> list[dict]:
     """`runs`: dicts of RUN_FIELDS (a .values() query). Adds each run's attempts, by number."""
     attempts = defaultdict(list)
-    rows = RunAttempt.objects.filter(run_id__in=[r["id"] for r in runs]).order_by("run_id", "number")
+    rows = RunAttempt.objects.filter(run_id__in=id_set([r["id"] for r in runs])).order_by("run_id", "number")
     for attempt in rows.values("run_id", *ATTEMPT_FIELDS):
         run_id = attempt.pop("run_id")
         attempt["request_headers"] = redact_headers(attempt["request_headers"] or {})

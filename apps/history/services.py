@@ -245,15 +245,17 @@ def _archive_batch(tenant, runs, rows: list[dict], *, kind: str, day, delete: bo
                     sha256=written.sha256,
                 )
                 if delete:
-                    attempts = RunAttempt.objects.filter(run_id__in=ids)
+                    attempts = RunAttempt.objects.filter(run_id__in=archive.id_set(ids))
                     attempts._raw_delete(attempts.db)  # by the (run, number) index
-                    doomed = JobRun.objects.filter(pk__in=ids)
+                    doomed = JobRun.objects.filter(pk__in=archive.id_set(ids))
                     doomed._raw_delete(doomed.db)  # attempts are gone: no cascade to collect
             return record
         except _BatchChanged:
             archive.delete_file(written.path)
             # Again, with what is still eligible now (a replayed dead letter no longer is).
-            rows = archive.run_values(runs.filter(pk__in=[r["id"] for r in rows]).order_by("created_at", "id"))
+            rows = archive.run_values(
+                runs.filter(pk__in=archive.id_set(r["id"] for r in rows)).order_by("created_at", "id")
+            )
         except BaseException:
             archive.delete_file(written.path)
             raise
@@ -271,13 +273,13 @@ def _unchanged(rows: list[dict], records: list[dict]) -> bool:
     locked = dict(
         (row[0], row[1:])
         for row in JobRun.objects.select_for_update(skip_locked=True)
-        .filter(pk__in=[r["id"] for r in rows])
+        .filter(pk__in=archive.id_set(r["id"] for r in rows))
         .values_list("id", "status", "attempt_count")
     )
     if any(locked.get(r["id"]) != (r["status"], r["attempt_count"]) for r in rows):
         return False
     written_attempts = sum(len(r["attempts"]) for r in records)
-    return RunAttempt.objects.filter(run_id__in=list(locked)).count() == written_attempts
+    return RunAttempt.objects.filter(run_id__in=archive.id_set(locked)).count() == written_attempts
 
 
 def _utc_day(moment: datetime):
