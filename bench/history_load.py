@@ -91,8 +91,9 @@ def cron_expression(period: int, phase: int) -> str:
     return f"{phase % 60} {phase // 60} * * *"
 
 
-def load_jobs(*, tenants: list, runs: int, days: int, target_url: str) -> tuple[list[dict], float]:
-    """COPY the cron jobs (job 0: every minute, of tenants[0]); returns them and the seconds taken."""
+def load_jobs(*, tenants: list, runs: int, target_url: str) -> tuple[list[dict], float]:
+    """COPY the cron jobs for `runs` runs in 40 days (job 0: every minute, of tenants[0]); returns
+    them and the seconds taken."""
     setup_django()
     from apps.jobs.schedules import CronSchedule
 
