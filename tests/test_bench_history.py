@@ -48,7 +48,7 @@ def bench_run(tmp_path_factory):
     env = {**os.environ, "CHIME_BENCH_DB": name, "CHIME_BENCH_REDIS_URL": settings.REDIS_URL}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     command = [sys.executable, "-m", "bench.history", "--runs", "2000", "--days", "2", "--spike-runs", "100"]
-    command += ["--requests", "3", "--keep", "--md", str(md)]
+    command += ["--requests", "3", "--target-seconds", "1", "--keep", "--md", str(md)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     conn = psycopg.connect(f"{admin}/{name}", autocommit=True)
