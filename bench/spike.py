@@ -43,6 +43,7 @@ from bench.common import (
     pids_of_database,
     proc_status_kb,
     processes,
+    redis_client,
     reset_state,
     start_scheduler,
     start_worker,
@@ -66,15 +67,38 @@ def tick_times(log_text: str) -> list[tuple[float, int, int]]:
     return out
 
 
-def db_counts(conn) -> tuple[int, int, int, int]:
+def _scope(tenant_ids: list | None) -> tuple[str, list]:
+    """A WHERE clause for the spike's own runs: every run (the table holds only the spike's), or,
+    on top of a loaded history (bench/history.py), the runs of the spike's tenants only."""
+    if tenant_ids is None:
+        return "", []
+    return " WHERE tenant_id = ANY(%s)", [list(tenant_ids)]
+
+
+def db_counts(conn, tenant_ids: list | None = None) -> tuple[int, int, int, int]:
+    where, params = _scope(tenant_ids)
     return conn.execute(
         "SELECT count(*), count(*) FILTER (WHERE status = 'scheduled'), "
         "count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status IN ('failed', 'retrying')) "
-        "FROM jobs_jobrun"
+        "FROM jobs_jobrun" + where,
+        params,
     ).fetchone()
 
 
-def stage_lags(conn) -> dict[str, dict]:
+def clear_tenants(tenant_ids: list) -> None:
+    """The spike's state gone, the rest of the tables (a loaded history) kept: the tenants' runs,
+    attempts and definitions, and the Redis DB (the broker's queues)."""
+    with pg_connect() as conn:
+        conn.execute(
+            "DELETE FROM jobs_runattempt WHERE run_id IN (SELECT id FROM jobs_jobrun WHERE tenant_id = ANY(%s))",
+            [tenant_ids],
+        )
+        conn.execute("DELETE FROM jobs_jobrun WHERE tenant_id = ANY(%s)", [tenant_ids])
+        conn.execute("DELETE FROM jobs_jobdefinition WHERE tenant_id = ANY(%s)", [tenant_ids])
+    redis_client().flushdb()
+
+
+def stage_lags(conn, tenant_ids: list | None = None) -> dict[str, dict]:
     """Per-run stage times relative to the occurrence, from the rows (PostgreSQL percentile_cont)."""
     stages = {
         "materialized (JobRun.created_at)": "created_at",
@@ -84,9 +108,12 @@ def stage_lags(conn) -> dict[str, dict]:
     }
     out = {}
     for label, column in stages.items():
+        where, params = _scope(tenant_ids)
+        where = f"{where} AND" if where else " WHERE"
         row = conn.execute(
             f"SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99, 1.0]) WITHIN GROUP "  # noqa: S608 (fixed names)
-            f"(ORDER BY extract(epoch FROM {column} - scheduled_for)) FROM jobs_jobrun WHERE {column} IS NOT NULL"
+            f"(ORDER BY extract(epoch FROM {column} - scheduled_for)) FROM jobs_jobrun{where} {column} IS NOT NULL",
+            params,
         ).fetchone()[0]
         out[label] = dict(zip(("p50", "p95", "p99", "max"), row or [None] * 4, strict=True))
     return out
@@ -117,9 +144,16 @@ def run_once(
     lead: float,
     deadline: float,
     workers: int = DEFAULT_WORKER_PROCESSES,
+    keep_history: bool = False,
 ) -> dict:
+    """One spike. keep_history: the tables hold other runs (bench/history.py's loaded history) that
+    stay; only the spike tenants' rows are cleared first, and every count is of theirs alone."""
     ensure_database()  # cheap when up to date; the app's migrations may have moved since the last run
-    reset_state()
+    scope = [str(t.id) for t in tenants] if keep_history else None
+    if keep_history:
+        clear_tenants(scope)
+    else:
+        reset_state()
     label = f"{schedulers} sched., {workers} worker proc., {len(tenants)} tenant{'s' if len(tenants) > 1 else ''}"
     label += f", lookahead {lookahead:g} s" if lookahead is not None else ""
     result: dict = {"n": n, "schedulers": label, "scheduler_count": schedulers, "worker_processes": workers}
@@ -167,7 +201,7 @@ def run_once(
             while time.time() < t_fire + deadline:
                 time.sleep(0.5)
                 backends.sample()
-                runs, scheduled, succeeded, failing = db_counts(conn)
+                runs, scheduled, succeeded, failing = db_counts(conn, scope)
                 delivered = receiver.count()
                 now = time.time() - t_fire
                 last = (runs, scheduled, succeeded, failing, delivered)
@@ -197,8 +231,12 @@ def run_once(
         worker.stop()  # before the receiver, or in-flight deliveries fail and go to `retrying`
         deliveries = receiver.deliveries()
     with pg_connect() as conn:
-        result["stage_lags"] = stage_lags(conn)
-        result["final_counts"] = conn.execute("SELECT status, count(*) FROM jobs_jobrun GROUP BY status").fetchall()
+        result["stage_lags"] = stage_lags(conn, scope)
+        where, params = _scope(scope)
+        result["final_counts"] = conn.execute(
+            f"SELECT status, count(*) FROM jobs_jobrun{where} GROUP BY status",  # noqa: S608 (fixed clause)
+            params,
+        ).fetchall()
     result.update(_from_ticks(ticks, t_fire, n))
     result.update(_from_deliveries(deliveries, n))
     return result

@@ -1,0 +1,28 @@
+from django.contrib.postgres.operations import AddIndexConcurrently
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    """Two partial indexes of the failed runs (dead letters): built CONCURRENTLY, so a deploy on a
+    large jobs_jobrun does not block the scheduler's and the workers' writes while they build."""
+
+    atomic = False
+
+    dependencies = [
+        ("jobs", "0007_drop_redundant_run_indexes"),
+    ]
+
+    operations = [
+        AddIndexConcurrently(
+            model_name="jobrun",
+            index=models.Index(
+                condition=models.Q(status="failed"),
+                fields=["tenant", "-finished_at", "-created_at"],
+                name="jobrun_dead_letters_idx",
+            ),
+        ),
+        AddIndexConcurrently(
+            model_name="jobrun",
+            index=models.Index(condition=models.Q(status="failed"), fields=["tenant", "-id"], name="jobrun_failed_id_idx"),
+        ),
+    ]
