@@ -113,3 +113,34 @@ def test_bulk_replay_needs_a_selection(owner_client):
     assert 'role="alert"' in html and "Select at least one" in html
     response = owner_client.post("/dead-letters/replay/", {"runs": ["not-a-uuid"], "confirmed": "1"})
     assert response.status_code == 302
+
+
+@pytest.mark.parametrize("page", ["/runs/", "/dead-letters/"])
+def test_with_many_jobs_the_job_filter_takes_a_name_or_an_id_instead_of_listing_them(
+    owner_client, tenant, job, failed_run, other_job, monkeypatch, page
+):
+    """Past JOB_MENU_LIMIT jobs a drop-down of every job is replaced by a box (a tenant of 13,360
+    jobs made each page ~1 MB and ~1 s): the job is found by exact name or id, within the tenant."""
+    from apps.dashboard.forms import runs as run_forms
+    from apps.jobs.services import job_create
+
+    from .conftest import JOB_FIELDS
+
+    monkeypatch.setattr(run_forms, "JOB_MENU_LIMIT", 2)
+    assert '<select name="job"' in owner_client.get(page).content.decode(), "2 jobs: still a drop-down"
+    for n in range(2):
+        make_run(job_create(tenant=tenant, name=f"twin-{n}", **JOB_FIELDS), status=RunStatus.FAILED, error="x")
+    job_create(tenant=tenant, name="twin-0", **JOB_FIELDS)  # two jobs of that name now
+    html = owner_client.get(page).content.decode()
+    assert '<select name="job"' not in html and '<input type="text" name="job"' in html
+    assert "twin-1" in html, "no filter: every run listed"
+
+    by_name = owner_client.get(f"{page}?job=nightly-report").content.decode()
+    by_id = owner_client.get(f"{page}?job={job.id}").content.decode()
+    for html in (by_name, by_id):
+        assert f"run-{failed_run.id}" in html and "twin-1" not in html and "field-error" not in html
+    for query, error in [("twin-0", "Several jobs are named"), ("nope", "No job named"),
+                         (str(other_job.id), "No job with this id")]:  # fmt: skip
+        response = owner_client.get(f"{page}?job={query}")
+        assert response.status_code == 200 and error in response.content.decode(), query
+    assert "globex-secret-job" not in owner_client.get(f"{page}?job={other_job.id}").content.decode()

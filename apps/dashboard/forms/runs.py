@@ -5,6 +5,45 @@ from django import forms
 from apps.jobs.models import ErrorKind, RunStatus
 
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+# Up to this many jobs the filter is a drop-down of their names; past it, a box for a job's name or
+# id. The history bench (docs/benchmarks.md#run-history) had a tenant of 13,360 jobs: listing them
+# all made every runs page ~1 MB of HTML and ~1 s of rendering, whatever the runs.
+JOB_MENU_LIMIT = 200
+
+
+class JobLookupField(forms.CharField):
+    """A job of the tenant by id or by exact name; cleans to the job's id (as the drop-down does)."""
+
+    def __init__(self, jobs, **kwargs):
+        self.jobs = jobs
+        kwargs.setdefault("help_text", "A job's name or id.")
+        super().__init__(**kwargs)
+
+    def clean(self, value) -> str:
+        value = super().clean(value).strip()
+        if not value:
+            return ""
+        try:
+            job_id = UUID(value)
+        except ValueError:
+            matches = list(self.jobs.filter(name=value).values_list("id", flat=True)[:2])
+            if len(matches) == 1:
+                return str(matches[0])
+            if matches:
+                raise forms.ValidationError(f"Several jobs are named “{value[:100]}”: use the id on the job's page.")
+            raise forms.ValidationError(f"No job named “{value[:100]}”.") from None
+        if not self.jobs.filter(id=job_id).exists():
+            raise forms.ValidationError("No job with this id.")
+        return str(job_id)
+
+
+def job_filter_field(jobs) -> forms.Field:
+    """The `job` filter for the tenant's `jobs` (a queryset): a drop-down while they are few."""
+    first = list(jobs.only("id", "name")[: JOB_MENU_LIMIT + 1])
+    if len(first) > JOB_MENU_LIMIT:
+        return JobLookupField(jobs, label="Job", required=False, max_length=200)
+    choices = sorted(((str(job.id), job.name) for job in first), key=lambda choice: choice[1].lower())
+    return forms.ChoiceField(label="Job", required=False, choices=[("", "any"), *choices])
 
 
 class RunFilterForm(forms.Form):
@@ -25,9 +64,9 @@ class RunFilterForm(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
 
-    def __init__(self, *args, jobs=(), **kwargs):
+    def __init__(self, *args, jobs, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["job"].choices = [("", "any"), *((str(job.id), job.name) for job in jobs)]
+        self.fields["job"] = job_filter_field(jobs)
 
     def filters(self) -> dict:
         if not self.is_valid():
@@ -71,9 +110,9 @@ class DeadLetterFilterForm(forms.Form):
     scheduled_after = RunFilterForm.base_fields["scheduled_after"]
     scheduled_before = RunFilterForm.base_fields["scheduled_before"]
 
-    def __init__(self, *args, jobs=(), **kwargs):
+    def __init__(self, *args, jobs, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["job"].choices = [("", "any"), *((str(job.id), job.name) for job in jobs)]
+        self.fields["job"] = job_filter_field(jobs)
 
     def clean(self):
         data = super().clean()
