@@ -26,15 +26,18 @@ class JobLookupField(forms.CharField):
         try:
             job_id = UUID(value)
         except ValueError:
-            matches = list(self.jobs.filter(name=value).values_list("id", flat=True)[:2])
-            if len(matches) == 1:
-                return str(matches[0])
-            if matches:
-                raise forms.ValidationError(f"Several jobs are named “{value[:100]}”: use the id on the job's page.")
-            raise forms.ValidationError(f"No job named “{value[:100]}”.") from None
+            return self._by_name(value)
         if not self.jobs.filter(id=job_id).exists():
             raise forms.ValidationError("No job with this id.")
         return str(job_id)
+
+    def _by_name(self, name: str) -> str:
+        matches = list(self.jobs.filter(name=name).values_list("id", flat=True)[:2])
+        if len(matches) == 1:
+            return str(matches[0])
+        if matches:
+            raise forms.ValidationError(f"Several jobs are named “{name[:100]}”: use the id on the job's page.")
+        raise forms.ValidationError(f"No job named “{name[:100]}”.")
 
 
 def job_filter_field(jobs) -> forms.Field:
