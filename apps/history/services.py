@@ -171,7 +171,30 @@ def prune_all(*, now: datetime, progress: Progress = None) -> dict:
         "archives": sum(r.archives for r in results),
         "idempotency_records": purge_idempotency_records(now=now),
         "scheduler_nodes": purge_stale_scheduler_nodes(now=now),
+        "operations": purge_finished_operations(now=now),
     }
+
+
+def purge_finished_operations(*, now: datetime) -> int:
+    """Delete bulk operations (apps/operations) finished more than CHIME_OPERATION_RETENTION_DAYS
+    ago, with their Celery results (django-celery-results' TaskResult, where their state lives).
+    Unfinished ones are never touched, however old: a paused or lapsed operation may resume."""
+    from django_celery_results.models import TaskResult
+
+    from apps.operations.models import Operation
+
+    cutoff = now - timedelta(days=settings.CHIME_OPERATION_RETENTION_DAYS)
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            batch = list(
+                Operation.objects.filter(finished_at__lt=cutoff).values_list("pk", "task_id")[: batch_size()]
+            )
+            if not batch:
+                return deleted
+            TaskResult.objects.filter(task_id__in=[task for _, task in batch]).delete()
+            Operation.objects.filter(pk__in=[pk for pk, _ in batch]).delete()
+        deleted += len(batch)
 
 
 def purge_idempotency_records(*, now: datetime) -> int:

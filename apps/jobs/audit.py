@@ -11,7 +11,7 @@ runs and advances the definition in one). Two kinds of check:
 
 - **State checks** (overdue definitions, runs stuck before delivery) read only rows in a
   non-final state, through the partial indexes the scheduler itself uses (jobdef_due_idx,
-  jobrun_releasable_idx, jobrun_queued_idx, jobrun_running_idx), so they cost the same on a table
+  jobrun_due_idx, jobrun_queued_idx, jobrun_running_idx), so they cost the same on a table
   of a billion finished runs. `since` does not narrow them: a run stuck for a week is stuck now.
   Their thresholds are the settings after which Chime itself acts, plus a grace.
 - **History checks** (attempts, finish times, duplicates) read the runs and attempts created
@@ -158,7 +158,8 @@ def runs_not_released(scope: Scope) -> QuerySet:
     """`scheduled`/`retrying` runs whose time passed long ago: no scheduler released them."""
     cutoff = scope.now - scope.thresholds.release
     return (
-        JobRun.objects.filter(_tenant(scope), status__in=RELEASABLE, available_at__lt=cutoff)
+        # attempt_count >= 0 (always true): jobrun_due_idx's planner fence (apps/jobs/models.py).
+        JobRun.objects.filter(_tenant(scope), status__in=RELEASABLE, attempt_count__gte=0, available_at__lt=cutoff)
         .order_by("available_at")
         .values("id")
     )

@@ -13,6 +13,8 @@ from django.db import connection, transaction
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from apps.jobs.models import RELEASABLE_DUE_SQL
+
 logger = logging.getLogger(__name__)
 
 PRIORITIES = ("high", "default", "low")
@@ -23,12 +25,12 @@ STATEMENT_TIMEOUT_MS = 5000
 # Ready = due and not yet being delivered: waiting in PostgreSQL for release (scheduled or
 # retrying, available now) or on the broker (queued). Its age is now minus when it became
 # available: the delay a new worker would take away.
-READY_SQL = """
+READY_SQL = f"""
 SELECT priority, count(*), EXTRACT(EPOCH FROM (statement_timestamp() - min(available_at)))
   FROM jobs_jobrun
- WHERE (status IN ('scheduled', 'retrying') AND available_at <= statement_timestamp()) OR status = 'queued'
+ WHERE ({RELEASABLE_DUE_SQL.format(now="statement_timestamp()")}) OR status = 'queued'
  GROUP BY priority
-"""
+"""  # noqa: S608 (fixed text, no input)
 # Per partition: how overdue its most overdue active definition is (0 when nothing is due).
 LAG_SQL = """
 SELECT partition, EXTRACT(EPOCH FROM (statement_timestamp() - min(next_fire_at)))

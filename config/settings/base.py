@@ -155,6 +155,8 @@ STORAGES = {
 # letters (failed runs) are kept until replayed or for their own, longer retention.
 CHIME_RUN_RETENTION_DAYS = env.int("CHIME_RUN_RETENTION_DAYS", default=30)
 CHIME_DEAD_LETTER_RETENTION_DAYS = env.int("CHIME_DEAD_LETTER_RETENTION_DAYS", default=90)
+# Finished bulk operations (apps/operations) and their Celery results are purged after this long.
+CHIME_OPERATION_RETENTION_DAYS = env.int("CHIME_OPERATION_RETENTION_DAYS", default=30)
 CHIME_PRUNE_BATCH_SIZE = env.int("CHIME_PRUNE_BATCH_SIZE", default=5000)  # runs per archive part and transaction
 # Where archives go: "filesystem" (CHIME_ARCHIVE_DIR) or "s3" (any S3-compatible store through
 # django-storages; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY as boto3 reads them).

@@ -35,3 +35,27 @@ def test_stale_scheduler_nodes_go_unless_a_lease_names_them(db):
     assert services.purge_stale_scheduler_nodes(now=now) == 1
 
     assert set(SchedulerNode.objects.values_list("owner", flat=True)) == {"live", "holder"}
+
+
+def test_finished_operations_go_with_their_celery_results_after_their_retention(tenant, settings):
+    """Operations (apps/operations) and the TaskResult rows holding their state would grow forever:
+    finished ones past CHIME_OPERATION_RETENTION_DAYS go, newer and unfinished ones stay."""
+    from django_celery_results.models import TaskResult
+
+    from apps.operations.models import Operation
+
+    settings.CHIME_OPERATION_RETENTION_DAYS = 30
+    now = timezone.now()
+    made = {}
+    for name, finished in (("old", now - timedelta(days=31)), ("recent", now - timedelta(days=2)), ("open", None)):
+        made[name] = Operation.objects.create(
+            tenant=tenant, kind="replay", task_id=f"task-{name}", finished_at=finished
+        )
+        TaskResult.objects.create(task_id=f"task-{name}", status="SUCCESS" if finished else "STARTED")
+    Operation.objects.filter(pk=made["open"].pk).update(created_at=now - timedelta(days=90))  # old, not finished
+
+    assert services.purge_finished_operations(now=now) == 1
+
+    assert set(Operation.objects.values_list("task_id", flat=True)) == {"task-recent", "task-open"}
+    assert set(TaskResult.objects.values_list("task_id", flat=True)) == {"task-recent", "task-open"}
+    assert services.purge_finished_operations(now=now) == 0

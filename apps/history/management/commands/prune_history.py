@@ -50,5 +50,9 @@ class Command(BaseCommand):
         if tenant is None and not dry_run:
             keys = services.purge_idempotency_records(now=now)
             nodes = services.purge_stale_scheduler_nodes(now=now)
-            self.stdout.write(f"purged {keys} expired idempotency records and {nodes} stale scheduler nodes")
+            operations = services.purge_finished_operations(now=now)
+            self.stdout.write(
+                f"purged {keys} expired idempotency records, {nodes} stale scheduler nodes "
+                f"and {operations} finished operations"
+            )
         self.stdout.write(self.style.SUCCESS(f"done: {total} runs {'to prune' if dry_run else 'pruned'}"))
