@@ -99,7 +99,6 @@ class Row:
     priority: str
     ticket: Ticket | None
     guarded_job: str | None = None  # its job, if that job's concurrency policy is not `allow`
-    sharing: bool = False  # counted in its tenant's and host's shares (from claim to landing)
 
 
 @dataclass(eq=False)
@@ -159,27 +158,17 @@ class Window:
         self._slots += 1
         self._by_tenant[row.tenant] += 1
         self._by_host[row.host] += 1
-        row.sharing = True
-
-    def _unshare(self, row: Row) -> None:
-        """Out of its tenant's and host's shares (the caller holds the condition). A request that
-        has landed no longer loads its endpoint: the shares free when the response is in, the
-        window's slot only once the outcome is recorded (it bounds what is held unrecorded)."""
-        if not row.sharing:
-            return
-        row.sharing = False
-        self._by_tenant[row.tenant] -= 1
-        self._by_host[row.host] -= 1
-        if self._by_tenant[row.tenant] <= 0:
-            del self._by_tenant[row.tenant]
-        if self._by_host[row.host] <= 0:
-            del self._by_host[row.host]
 
     def _free(self, rows) -> None:
         with self._cond:
             for row in rows:
                 self._slots -= 1
-                self._unshare(row)
+                self._by_tenant[row.tenant] -= 1
+                self._by_host[row.host] -= 1
+                if self._by_tenant[row.tenant] <= 0:
+                    del self._by_tenant[row.tenant]
+                if self._by_host[row.host] <= 0:
+                    del self._by_host[row.host]
             self._cond.notify_all()
 
     def in_flight(self) -> int:
@@ -397,9 +386,6 @@ class Window:
             flight.response = future.result()
         except BaseException:  # cancelled by a shutdown past its grace (or a transport bug)
             flight.response = failed_response(flight.request, "interrupted: the worker shut down", ERROR_INTERRUPTED)
-        with self._cond:
-            self._unshare(flight.row)
-            self._cond.notify_all()
         (flight.row.ticket.ended if flight.row.ticket is not None else self._ended).put(flight)
 
     # -- recording ---------------------------------------------------------------------------
@@ -422,10 +408,6 @@ class Window:
             except queue.Empty:
                 break
         try:
-            # Parked runs first: the batch's shares freed as its responses landed, so the next
-            # requests to those tenants and hosts are out while the batch is being recorded.
-            if not grace_over() and not is_draining():
-                self._fill_from_parked(ticket)
             if batch:
                 self._record(batch)
             if grace_over():
