@@ -19,6 +19,7 @@ from django.core.files.storage import storages
 from django.db import connection
 from django.db.models.expressions import RawSQL
 
+from apps.delivery.outcomes import ATTEMPT_COLUMNS
 from apps.jobs.models import RunAttempt
 from apps.jobs.secrets import redact_headers
 
@@ -45,19 +46,8 @@ RUN_FIELDS = [
     "started_at",
     "finished_at",
 ]
-ATTEMPT_FIELDS = [
-    "id",
-    "number",
-    "started_at",
-    "finished_at",
-    "status_code",
-    "error",
-    "error_kind",
-    "duration_ms",
-    "response_excerpt",
-    "request_headers",
-    "worker",
-]
+# The attempt's stored columns (one list, apps/delivery/outcomes.py), less the run it sits under.
+ATTEMPT_FIELDS = [column for column in ATTEMPT_COLUMNS if column != "run_id"]
 
 
 class ArchiveWriteError(Exception):
