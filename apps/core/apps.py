@@ -14,7 +14,9 @@ class CoreConfig(AppConfig):
         logging.captureWarnings(True)
         from django.conf import settings
 
-        from . import tracing
+        from . import dbtypes, tracing
+
+        dbtypes.install()
 
         # A Celery worker's main process delivers nothing: its prefork children trace, each
         # configured after the fork (config/celery.py), since the exporter runs a thread.
