@@ -82,10 +82,23 @@ _CHECKED_URLS = 10_000
 # --------------------------------------------------------------------------
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (requirements/base.in: not on Windows or PyPy), else
+    asyncio's. The loop's own work (sockets, transports, callbacks) is a large part of a webhook's
+    CPU: raw aiohttp to a local receiver cost ~440 µs of loop-thread CPU per request on asyncio's
+    loop and ~280 µs on uvloop's, and Chime's transport ~540 against ~400 µs (bench machine,
+    issue #12, docs/benchmarks.md)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - installed with the pinned requirements on Linux
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class _LoopThread:
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         ready = threading.Event()
 
         def run() -> None:

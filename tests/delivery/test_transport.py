@@ -668,3 +668,13 @@ def test_close_while_in_flight_does_not_hang(srv):
     [resp] = result["out"]
     assert resp.status_code is None
     assert resp.error_kind == "network"
+
+
+def test_requests_run_on_uvloop(transport, srv):
+    """The transport's loop is uvloop's (its own work is much of a webhook's CPU: the docstring of
+    apps.delivery.transport.new_event_loop), and requests go out on it."""
+    import uvloop
+
+    [resp] = transport.send_many([req(srv.url("/ok"))])
+    assert resp.status_code == 200
+    assert isinstance(transport._runner.loop, uvloop.Loop)
