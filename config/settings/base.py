@@ -362,6 +362,9 @@ CHIME_RUN_LEASE_RENEW_SECONDS = env.float("CHIME_RUN_LEASE_RENEW_SECONDS", defau
 # Fairness and backpressure: a priority tier's queue holds at most this many runs; the rest of a
 # burst waits in the database and is released round-robin across tenants as the queue drains.
 CHIME_MAX_QUEUED_RUNS = env.int("CHIME_MAX_QUEUED_RUNS", default=2000)
+# ...and is topped up only once this fraction of that is free, so each release's fixed cost is
+# spread over a batch worth it (apps/scheduler/fairness.py).
+CHIME_RELEASE_MIN_ROOM = env.float("CHIME_RELEASE_MIN_ROOM", default=0.25)
 # Partition leases: a dead scheduler's partitions are taken over within TTL + refresh interval.
 CHIME_LEASE_TTL_SECONDS = env.int("CHIME_LEASE_TTL_SECONDS", default=10)
 CHIME_LEASE_REFRESH_SECONDS = env.float("CHIME_LEASE_REFRESH_SECONDS", default=3.0)

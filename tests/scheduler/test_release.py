@@ -77,6 +77,22 @@ def test_a_full_queue_holds_back_its_own_tier_only(settings, tenant):
     assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in waiting_low + urgent}
 
 
+def test_a_tier_is_topped_up_only_once_a_quarter_of_its_budget_is_free(settings, tenant):
+    """Each release pays the fairness queries whatever it takes; a queue still three quarters full
+    waits until a batch worth them is free (CHIME_RELEASE_MIN_ROOM)."""
+    settings.CHIME_MAX_QUEUED_RUNS = 20
+    job = JobFactory(tenant=tenant)
+    queued = due_runs(job, 16, status=RunStatus.QUEUED, start=NOW - timedelta(hours=1))
+    waiting = due_runs(job, 30)
+    assert fair_selection(ALL, now=NOW, batch_size=100) == [], "4 of 20 free: less than a quarter"
+    JobRun.objects.filter(id=queued[0].id).update(status=RunStatus.SUCCEEDED)
+    chosen = ids(fair_selection(ALL, now=NOW, batch_size=100))
+    assert chosen == [r.id for r in waiting[:5]], "5 of 20 free: the tier is filled up again"
+    settings.CHIME_RELEASE_MIN_ROOM = 0.0
+    JobRun.objects.filter(id=queued[0].id).update(status=RunStatus.QUEUED)
+    assert ids(fair_selection(ALL, now=NOW, batch_size=100)) == [r.id for r in waiting[:4]], "0: every free place"
+
+
 def test_runs_stranded_in_queued_do_not_hold_the_budget(settings, tenant, other_tenant):
     """Runs queued longer than CHIME_REQUEUE_AFTER lost their message (a broker that came back
     empty, a publisher that crashed): they must not keep the tier full for every other tenant."""
