@@ -78,3 +78,19 @@ def test_the_cheap_anything_due_check_still_reads_the_due_index(stale_statistics
     now, _ = stale_statistics
     sql = ANYTHING_DUE_SQL.format(partition_filter="")
     assert indexes_read(sql, {"now": now}) == {"jobrun_due_idx"}
+
+
+def test_the_release_flip_finds_its_runs_by_primary_key_however_stale_the_statistics(stale_statistics):
+    """The flip picks 200 runs by id; with the statistics above, its status guard alone would make
+    the planner scan all of jobrun_tenant_releasable_idx (~200 ms at a 100,000 spike)."""
+    from apps.jobs.transitions import RELEASE_FENCED_SQL
+
+    now, _ = stale_statistics
+    ids = list(JobRun.objects.filter(status=RunStatus.SCHEDULED).values_list("id", flat=True)[:200])
+    params = {"now": now, "ids": ids, "partitions": list(range(64)), "epochs": [1] * 64, "owner": "me"}
+    assert "jobrun_tenant_releasable_idx" not in indexes_read(RELEASE_FENCED_SQL, params)
+    assert "jobs_jobrun_pkey" in indexes_read(RELEASE_FENCED_SQL, params)
+
+    # The trap is real in this state: the guard as the partial index states it reads that index.
+    unfenced = RELEASE_FENCED_SQL.replace("(status || '') IN", "status IN", 1)
+    assert "jobrun_tenant_releasable_idx" in indexes_read(unfenced, params)
