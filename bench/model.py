@@ -63,7 +63,7 @@ MEASURED = {
 ASSUMED = {
     "core_busy": Input(0.6, "assumption: headroom for bursts and failover", "share of a core a process may use"),
     "window": Input(200, "config/settings/base.py CHIME_WORKER_MAX_IN_FLIGHT", "requests in flight per worker"),
-    "chunk": Input(50, "config/settings/base.py CHIME_ENQUEUE_CHUNK", "run ids per Celery message"),
+    "chunk": Input(50, "CHIME_ENQUEUE_CHUNK when the costs were measured (200 since)", "run ids per Celery message"),
     "redis_ops_per_message": Input(6, "assumption: LPUSH, BRPOP, unacked HSET+ZADD, ack HDEL+ZREM", "Redis commands"),
     "worker_pool": Input(4, "config/settings/base.py DB_POOL_DEFAULT_MAX worker", "DB connections per worker"),
     "scheduler_pool": Input(3, "config/settings/base.py DB_POOL_DEFAULT_MAX scheduler", "DB connections/scheduler"),

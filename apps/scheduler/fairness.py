@@ -5,11 +5,13 @@ Two rules (docs/operations.md#fairness-between-tenants):
 1. Backpressure per priority tier: a tier's queue holds at most CHIME_MAX_QUEUED_RUNS runs in
    `queued` (that the broker can still deliver); the rest of a burst waits in PostgreSQL.
    Counting is cheap because it is bounded.
-   A tier is topped up only once CHIME_RELEASE_MIN_ROOM (a fraction, a quarter by default) of
-   its budget is free: each release pays fixed costs (the counts, the tenant scan, the candidates query:
-   ~50-90 ms of database time per tick at a 100,000 backlog on the bench machine), and during a
-   spike a tier topped up on every tick took 100-300 runs a time, ~0.3-0.45 ms of database CPU per
-   run released. A queue still three quarters full keeps the workers busy meanwhile.
+   A tier is topped up once CHIME_RELEASE_MIN_ROOM (a fraction, a quarter by default) of its
+   budget is free, or once CHIME_RELEASE_MAX_WAIT_SECONDS (1 s) passed since its last top-up with
+   any room at all: each release pays fixed costs (the counts, the tenant scan, the candidates
+   query: ~50-90 ms of database time per tick at a 100,000 backlog on the bench machine), and
+   during a spike a tier topped up on every tick took 100-300 runs a time, ~0.3-0.45 ms of
+   database CPU per run released. The wait bounds what a queue that drains slowly (a tenant's
+   flood parked behind a slow endpoint) costs the other tenants' runs waiting for room: a second.
 2. Round-robin across tenants: tier by tier (high first), a release batch takes an equal share
    from every tenant with due runs, then the first run of every tenant, the second, ...
 
@@ -18,6 +20,7 @@ batch, and then wait behind at most CHIME_MAX_QUEUED_RUNS runs in the queue.
 """
 
 import math
+import time
 from collections import Counter
 from datetime import datetime
 
@@ -53,18 +56,31 @@ def fair_selection(partitions: list[int], *, now: datetime, batch_size: int) -> 
     """(id, priority) of up to `batch_size` runs to release: tier by tier (high first), each
     within its queue budget, round-robin across tenants inside a tier."""
     budgets = queue_budgets(now)
-    floor = max(int(settings.CHIME_MAX_QUEUED_RUNS * settings.CHIME_RELEASE_MIN_ROOM), 1)
     chosen: list[tuple] = []
     for priority in Priority.values:  # high, default, low
         room = min(budgets[priority], batch_size - len(chosen))
-        if room <= 0 or budgets[priority] < floor:
+        if room <= 0 or not _worth_topping_up(priority, budgets[priority]):
             continue
         if connection.vendor == "postgresql":
             candidates = _candidates_postgresql(partitions, priority=priority, now=now, batch_size=room)
         else:
             candidates = _candidates_portable(partitions, priority=priority, now=now, batch_size=room)
+        if candidates:
+            _topped_up[priority] = time.monotonic()
         chosen.extend((run_id, priority) for run_id, _tenant, _rank in candidates[:room])
     return chosen
+
+
+# When this process last topped each tier up (time.monotonic()).
+_topped_up: dict[str, float] = {}
+
+
+def _worth_topping_up(priority: str, free: int) -> bool:
+    """A quarter of the tier's budget free, or a second since its last top-up (rule 1 above)."""
+    if free >= max(int(settings.CHIME_MAX_QUEUED_RUNS * settings.CHIME_RELEASE_MIN_ROOM), 1):
+        return True
+    last = _topped_up.setdefault(priority, time.monotonic())
+    return time.monotonic() - last >= settings.CHIME_RELEASE_MAX_WAIT_SECONDS
 
 
 # Distinct tenants with releasable runs, by a skip scan over jobrun_tenant_releasable_idx:

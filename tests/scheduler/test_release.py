@@ -77,10 +77,12 @@ def test_a_full_queue_holds_back_its_own_tier_only(settings, tenant):
     assert set(ids(fair_selection(ALL, now=NOW, batch_size=100))) == {r.id for r in waiting_low + urgent}
 
 
-def test_a_tier_is_topped_up_only_once_a_quarter_of_its_budget_is_free(settings, tenant):
+def test_a_tier_is_topped_up_once_a_quarter_of_its_budget_is_free_or_a_while_passed(settings, tenant):
     """Each release pays the fairness queries whatever it takes; a queue still three quarters full
-    waits until a batch worth them is free (CHIME_RELEASE_MIN_ROOM)."""
+    waits until a batch worth them is free (CHIME_RELEASE_MIN_ROOM), or until
+    CHIME_RELEASE_MAX_WAIT_SECONDS passed since the tier's last top-up."""
     settings.CHIME_MAX_QUEUED_RUNS = 20
+    settings.CHIME_RELEASE_MAX_WAIT_SECONDS = 3600
     job = JobFactory(tenant=tenant)
     queued = due_runs(job, 16, status=RunStatus.QUEUED, start=NOW - timedelta(hours=1))
     waiting = due_runs(job, 30)
@@ -88,9 +90,11 @@ def test_a_tier_is_topped_up_only_once_a_quarter_of_its_budget_is_free(settings,
     JobRun.objects.filter(id=queued[0].id).update(status=RunStatus.SUCCEEDED)
     chosen = ids(fair_selection(ALL, now=NOW, batch_size=100))
     assert chosen == [r.id for r in waiting[:5]], "5 of 20 free: the tier is filled up again"
-    settings.CHIME_RELEASE_MIN_ROOM = 0.0
-    JobRun.objects.filter(id=queued[0].id).update(status=RunStatus.QUEUED)
-    assert ids(fair_selection(ALL, now=NOW, batch_size=100)) == [r.id for r in waiting[:4]], "0: every free place"
+    JobRun.objects.filter(id__in=chosen).update(status=RunStatus.QUEUED, queued_at=NOW)
+    JobRun.objects.filter(id__in=[r.id for r in queued[1:5]]).update(status=RunStatus.SUCCEEDED)
+    assert fair_selection(ALL, now=NOW, batch_size=100) == [], "4 free again, just topped up"
+    settings.CHIME_RELEASE_MAX_WAIT_SECONDS = 0
+    assert ids(fair_selection(ALL, now=NOW, batch_size=100)) == [r.id for r in waiting[5:9]], "waited long enough"
 
 
 def test_runs_stranded_in_queued_do_not_hold_the_budget(settings, tenant, other_tenant):
