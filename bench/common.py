@@ -622,25 +622,26 @@ class BackendCpu:
     come from pg_stat_activity, and each one's last reading is kept, so a backend that exits
     between two samples still counts up to its last sample. Call sample() often (every poll)."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, exclude=()):
         self.conn = conn  # an autocommit psycopg connection to the bench database (excluded)
+        self.exclude = set(exclude)  # other backends of the bench's own (its polling connection)
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
 
-    def sample(self) -> None:
+    def _pids(self) -> list[int]:
         rows = self.conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchall()
-        for (pid,) in rows:
+        return [pid for (pid,) in rows if pid not in self.exclude]
+
+    def sample(self) -> None:
+        for pid in self._pids():
             self.first.setdefault(pid, 0.0)  # born after start(): all its CPU is in the window
             self.last[pid] = max(self.last.get(pid, 0.0), cpu_seconds([pid]))  # 0 once it has exited
 
     def start(self) -> None:
         self.first, self.last = {}, {}
-        rows = self.conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-        for (pid,) in rows:
+        for pid in self._pids():
             self.first[pid] = self.last[pid] = cpu_seconds([pid])
 
     def used(self) -> float:

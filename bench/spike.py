@@ -179,13 +179,17 @@ def run_once(
         if time.time() > t_fire - 3:
             raise RuntimeError("load took too long; raise --lead")
         result["rss_before_kb"] = [proc_status_kb(s.pid) for s in shards]
+        # The bench's own connections (the 0.5 s count of every spike run, the meter's) are not
+        # Chime's: their backends are left out of the bench database's CPU.
+        conn, meter_conn = pg_connect(), pg_connect()
+        own = {conn.info.backend_pid, meter_conn.info.backend_pid}
         meter = CpuMeter(
             {
                 "scheduler(s)": lambda: [s.pid for s in shards],
                 "celery worker (all processes)": worker.group_pids,
                 "receiver": lambda: [receiver.pid],
                 "postgres (all backends)": lambda: pids_named("postgres"),
-                "postgres (bench db backends)": SampledCpu(pids_of_database),
+                "postgres (bench db backends)": SampledCpu(lambda: [p for p in pids_of_database() if p not in own]),
                 "of which the worker's": SampledCpu(backends_of("chime-worker")),
                 "of which the scheduler's": SampledCpu(backends_of("chime-scheduler")),
                 "redis-server": lambda: pids_named("redis-server"),
@@ -195,8 +199,8 @@ def run_once(
         meter.start()
         reached: dict[str, float] = {}
         last = (0, 0, 0, 0, 0)
-        with pg_connect() as conn, pg_connect() as meter_conn:
-            backends = BackendCpu(meter_conn)
+        with conn, meter_conn:
+            backends = BackendCpu(meter_conn, exclude=own)
             backends.start()
             while time.time() < t_fire + deadline:
                 time.sleep(0.5)
