@@ -130,6 +130,7 @@ class Window:
         self._flights: dict = {}  # run id -> Flight
         self._parked: deque[Row] = deque()
         self._parked_ids: set[str] = set()
+        self._parked_hosts: Counter = Counter()  # parked rows per host: a refill stops when all are full
         # Runs over their share that found no place to park: (since, row), handed back to the
         # broker after CHIME_WORKER_OVERFLOW_SECONDS (_hand_back_overflow).
         self._overflow: deque[tuple[float, Row]] = deque()
@@ -250,6 +251,7 @@ class Window:
             return
         self._parked.append(row)
         self._parked_ids.add(row.run_id)
+        self._parked_hosts[row.host] += 1
 
     def _hand_back_overflow(self, *, everything: bool = False) -> int:
         """Publish again the overflow runs that waited CHIME_WORKER_OVERFLOW_SECONDS (all of
@@ -465,20 +467,43 @@ class Window:
                 flight.future.cancel()
 
     def _fill_from_parked(self, ticket: Ticket | None) -> None:
-        """Claim parked runs (of this ticket, or the tasks' ones) whose tenant and host have room."""
+        """Claim parked runs (of this ticket, or the tasks' ones) whose tenant and host have room.
+
+        In parking order, and in time proportional to what it takes, not to what is parked: the
+        recorder refills after every batch, and with thousands of runs parked behind one full
+        host a scan of them all (the caps read per row) was ~8 % of a worker process's CPU in a
+        spike (py-spy, issue #12). Hosts found full are skipped with a set lookup, and the scan
+        stops once every host with parked runs is full."""
         take = []
         with self._cond:
             if not self._parked:
                 return
-            total = self._caps()[0]
-            for row in list(self._parked):
-                if self._slots >= total:
+            total, per_tenant, per_host = self._caps()
+            open_hosts = {h for h in self._parked_hosts if not h or self._by_host[h] < per_host}
+            prefix = True  # every row taken so far, and no other, was at the front: pop them
+            for index, row in enumerate(self._parked):
+                if self._slots >= total or not open_hosts:
                     break
-                if row.ticket is ticket and not self._over_share(row):
-                    self._parked.remove(row)
-                    self._parked_ids.discard(row.run_id)
-                    self._take(row)
-                    take.append(row)
+                if row.host not in open_hosts or row.ticket is not ticket:
+                    continue
+                if row.host and self._by_host[row.host] >= per_host:
+                    open_hosts.discard(row.host)
+                    continue
+                if self._by_tenant[row.tenant] >= per_tenant:
+                    continue
+                self._take(row)
+                take.append(row)
+                prefix = prefix and index == len(take) - 1
+            if take:
+                taken = {row.run_id for row in take}
+                if prefix:
+                    for _ in take:
+                        self._parked.popleft()
+                else:
+                    self._parked = deque(row for row in self._parked if row.run_id not in taken)
+                self._parked_ids -= taken
+                self._parked_hosts.subtract(row.host for row in take)
+                self._parked_hosts = +self._parked_hosts  # drop hosts with none left
         if take:
             self._launch(take, ticket=ticket, handing_back_ok=False)
 
@@ -517,6 +542,7 @@ class Window:
             parked = list(self._parked)
             self._parked.clear()
             self._parked_ids.clear()
+            self._parked_hosts.clear()
         self._hand_back_overflow(everything=True)
         for priority, run_ids in by_priority((row.run_id, row.priority) for row in parked).items():
             try:

@@ -83,6 +83,28 @@ def test_an_endpoint_host_holds_at_most_its_share_across_tenants(tenant, receive
     assert held.most == 4
 
 
+def test_parked_runs_of_a_host_with_room_go_out_past_those_of_a_full_one(tenant, receiver, settings):
+    """Refilling from the parked runs skips a full host's and takes the next host's, in parking
+    order, each host at its cap, both busy at once."""
+    from tests.support.receiver import Receiver
+
+    settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 2
+    other = Receiver().start()  # another host:port
+    try:
+        receiver.respond, other.respond = held_a, held_b = Concurrency(0.4), Concurrency(0.4)
+        a = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/a"), 6)
+        b = queued_runs(JobFactory(tenant=tenant, target_url=f"{other.url}/b"), 6)
+        report = deliver_runs(ids(a) + ids(b))  # B's runs parked behind all of A's
+        assert report.outcomes["succeeded"] == 12
+        assert held_a.most == held_b.most == 2
+        first_b = min(d.received_at for d in other.received())
+        last_a = max(d.received_at for d in receiver.received())
+        assert first_b < last_a - 0.5, "B's runs went out while A's were still going out"
+        assert sorted(d.webhook_id for d in other.received()) == sorted(ids(b)), "each of B's once"
+    finally:
+        other.stop()
+
+
 def test_an_outcome_is_recorded_while_another_request_of_the_same_task_is_out(tenant, receiver):
     job = JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook", timeout_seconds=30)
     quick, slow = queued_runs(job, 2)
