@@ -11,7 +11,8 @@ and scheduler query paid the same per timestamp.
 The C loader gives the same value: it converts to the session's `TimeZone` (Django sets that to
 its connection timezone, UTC here) and, for UTC, returns `datetime.timezone.utc` as its tzinfo,
 which is what Django's loader sets. Django checks `loader.timezone` on every cursor to decide
-whether to register its own loader again, so the subclass carries that attribute.
+whether to register its own loader again, so the loader registered here (a thin Python loader
+around the C one, which cannot be subclassed) carries that attribute.
 """
 
 from datetime import UTC
