@@ -39,7 +39,7 @@ if _CTimestamptzLoader is not None:
             super().__init__(oid, context)
             self.load = _CTimestamptzLoader(oid, context).load
 
-        def load(self, data):  # replaced per instance in __init__  # pragma: no cover
+        def load(self, data):  # abstract in Loader; each instance's is the C loader's (above)  # pragma: no cover
             raise NotImplementedError
 
 else:  # pragma: no cover

@@ -151,8 +151,8 @@ class Window:
             settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST,
         )
 
-    def _over_share(self, row: Row) -> bool:
-        _total, per_tenant, per_host = self._caps()
+    def _over_share(self, row: Row, caps: tuple[int, int, int] | None = None) -> bool:
+        _total, per_tenant, per_host = caps or self._caps()
         return self._by_tenant[row.tenant] >= per_tenant or (bool(row.host) and self._by_host[row.host] >= per_host)
 
     def _take(self, row: Row) -> None:
@@ -478,7 +478,8 @@ class Window:
         with self._cond:
             if not self._parked:
                 return
-            total, per_tenant, per_host = self._caps()
+            caps = self._caps()
+            total, _per_tenant, per_host = caps
             open_hosts = {h for h in self._parked_hosts if not h or self._by_host[h] < per_host}
             prefix = True  # every row taken so far, and no other, was at the front: pop them
             for index, row in enumerate(self._parked):
@@ -486,10 +487,9 @@ class Window:
                     break
                 if row.host not in open_hosts or row.ticket is not ticket:
                     continue
-                if row.host and self._by_host[row.host] >= per_host:
-                    open_hosts.discard(row.host)
-                    continue
-                if self._by_tenant[row.tenant] >= per_tenant:
+                if self._over_share(row, caps):
+                    if row.host and self._by_host[row.host] >= per_host:
+                        open_hosts.discard(row.host)
                     continue
                 self._take(row)
                 take.append(row)
