@@ -16,13 +16,15 @@ apps/jobs/planning.py, `job_trigger`, `job_backfill`); an insert is not a transi
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from django.db import connection
 from django.db.models import QuerySet
 
-from .models import JobRun, RunStatus
+from apps.core.rows import RowLoader
+
+from .models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
 
 S = RunStatus
 
@@ -182,7 +184,7 @@ def runs_ended(outcome: str, moved) -> None:
         transaction.on_commit(lambda rows=list(moved): count_runs(outcome, rows))
 
 
-def _sql_in(event: Event, *, fenced: bool = False) -> str:
+def _sql_in(event: Event, *, fenced: bool = False, alias: str = "") -> str:
     """The event's guard as SQL text; the values are this module's constants, never input.
 
     `fenced`: for statements that pick their rows by id (`id = ANY(...)`), the guard written so
@@ -194,7 +196,8 @@ def _sql_in(event: Event, *, fenced: bool = False) -> str:
     ANALYZE, docs/benchmarks.md), against 200 primary-key probes. `(status || '')` means the same
     and matches no index predicate (the due index's fence, apps/jobs/models.py, is the mirror).
     """
-    column = "(status || '')" if fenced else "status"
+    column = f"{alias}.status" if alias else "status"
+    column = f"({column} || '')" if fenced else column
     return "{} IN ({})".format(column, ", ".join(f"'{s}'" for s in TRANSITIONS[event].sources))
 
 
@@ -247,3 +250,42 @@ def succeed_mine(run_ids: list, *, now: datetime, owner: str) -> set:
         rows = cursor.fetchall()
     runs_ended(OUTCOMES[Event.SUCCEED], [(priority, tenant_id) for _, priority, tenant_id in rows])
     return {row[0] for row in rows}
+
+
+# The worker's claim of runs whose job allows concurrent runs (apps/delivery/claiming.py), in one
+# statement: lock the runs still `queued` (skipping those another claim holds, in id order), flip
+# them to `running` under the lease, and return each with its job. Runs of a job with another
+# concurrency policy are left for the claim that locks the job first (the lock order).
+_RUNS, _JOBS = RowLoader(JobRun), RowLoader(JobDefinition)
+CLAIM_FREE_SQL = f"""
+WITH claimed AS (
+    UPDATE jobs_jobrun AS r
+       SET status = '{TRANSITIONS[Event.CLAIM].target}', attempt_count = r.attempt_count + 1,
+           started_at = %(now)s, lease_owner = %(owner)s, lease_expires_at = statement_timestamp() + %(lease)s
+      FROM (SELECT q.id FROM jobs_jobrun AS q JOIN jobs_jobdefinition AS j ON j.id = q.definition_id
+             WHERE q.id = ANY(%(ids)s::uuid[]) AND {_sql_in(Event.CLAIM, fenced=True, alias="q")}
+               AND j.concurrency_policy = '{ConcurrencyPolicy.ALLOW}'
+             ORDER BY q.id FOR UPDATE OF q SKIP LOCKED) AS free
+     WHERE r.id = free.id
+    RETURNING {_RUNS.columns("r")}
+)
+SELECT {_RUNS.columns("claimed")}, {_JOBS.columns("d")}
+  FROM claimed JOIN jobs_jobdefinition AS d ON d.id = claimed.definition_id
+ ORDER BY claimed.scheduled_for"""  # noqa: S608 (the interpolated text is this module's constants)
+
+
+def claim_free(run_ids: list, *, now: datetime, owner: str, lease: timedelta) -> list[JobRun]:
+    """PostgreSQL: `claim` for the runs still `queued` whose job's concurrency policy is `allow`;
+    returns them as they are now (`running` under `owner`), each with its `definition` loaded."""
+    if not run_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(CLAIM_FREE_SQL, {"ids": list(run_ids), "now": now, "owner": owner, "lease": lease})
+        rows = cursor.fetchall()
+    split = len(_RUNS)
+    runs = []
+    for row in rows:
+        run = _RUNS.load(row[:split])
+        run.definition = _JOBS.load(row[split:])
+        runs.append(run)
+    return runs
