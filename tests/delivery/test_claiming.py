@@ -42,9 +42,7 @@ def statements_during(fn):
 def test_one_statement_claims_the_runs_and_loads_them_as_the_orm_would(job):
     runs = queued_runs(job, 3)
     ids = [str(run.id) for run in runs]
-    claimed, statements = statements_during(
-        lambda: claim_runs(ids, owner=OWNER, now=timezone.now(), guarded_jobs=[])
-    )
+    claimed, statements = statements_during(lambda: claim_runs(ids, owner=OWNER, now=timezone.now(), guarded_jobs=[]))
     assert statements == ["WITH"], "one round trip: lock, flip and read with the jobs"
     assert sorted(str(run.id) for run in claimed) == sorted(ids)
     for run in claimed:

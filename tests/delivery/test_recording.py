@@ -4,13 +4,16 @@ sanitized and cut, and one run's failure to record never touches another run's r
 record_outcomes is called as the worker calls it, on real PostgreSQL (the COPY path), with the
 requests and responses the transport would hand it."""
 
+import threading
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
 from apps.delivery.outcomes import record_outcomes
+from apps.delivery.recording import lock_jobs, record_in_lock_order
 from apps.delivery.sanitize import (
     MAX_INTEGER,
     REPLACEMENT,
@@ -20,7 +23,7 @@ from apps.delivery.sanitize import (
     clean_text,
 )
 from apps.delivery.transport import WebhookRequest, WebhookResponse
-from apps.jobs.models import JobRun, RunStatus
+from apps.jobs.models import JobDefinition, JobRun, RunStatus
 from tests.factories import JobFactory
 
 OWNER = "worker-test:abc123"
@@ -180,3 +183,56 @@ def test_a_single_run_that_cannot_be_recorded_gets_a_stripped_attempt(job, poiso
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.attempts.get().response_excerpt == ""
+
+
+# -- the job lock (apps/delivery/recording.py)
+
+
+@contextmanager
+def held_as_a_delete_holds_it(job):
+    """Another session holding the job row as a delete does (FOR UPDATE), until the block ends."""
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                list(JobDefinition.objects.select_for_update().filter(id=job.id))
+                held.set()
+                done.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(10)
+    with connection.cursor() as cursor:
+        cursor.execute("SET lock_timeout = '500ms'")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+        done.set()
+        thread.join(10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_successes_of_a_job_with_no_failures_do_not_lock_it(job):
+    """Nothing of the job row is written, so it is not locked (a lock is a write of the row): the
+    recording goes through while a delete holds the job."""
+    run = running_run(job)
+    with held_as_a_delete_holds_it(job):
+        assert record_in_lock_order([delivery(run)], owner=OWNER) == {"succeeded": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status, failures", [(500, 0), (200, 3)])
+def test_a_recording_that_writes_the_job_waits_for_its_lock_first(job, status, failures):
+    """A failure (its counter) or a success resetting a counter writes the job: it waits for the
+    delete's lock before touching the runs (the lock order), here until lock_timeout."""
+    JobDefinition.objects.filter(id=job.id).update(consecutive_failures=failures)
+    run = running_run(job)
+    with held_as_a_delete_holds_it(job), pytest.raises(OperationalError, match="lock timeout"):
+        lock_jobs([delivery(run, status=status)])
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING

@@ -28,9 +28,9 @@ def a_request(run) -> WebhookRequest:
     return WebhookRequest(str(run.id), "http://127.0.0.1:9/hook", "POST", {}, b"", 5)
 
 
-def a_response(run) -> WebhookResponse:
+def a_response(run, status: int = 500) -> WebhookResponse:
     now = datetime.now(UTC)
-    return WebhookResponse(str(run.id), now, now, 1, 500, "", None, None, None)
+    return WebhookResponse(str(run.id), now, now, 1, status, "", None, None, None)
 
 
 def race(*actions) -> list[BaseException]:
@@ -58,16 +58,26 @@ def race(*actions) -> list[BaseException]:
 
 
 def test_claim_record_cancel_pause_update_and_delete_never_deadlock(tenant):
+    """Even rounds: a `forbid` job, its runs failing (the recording writes the job). Odd rounds: an
+    `allow` job claimed by the one statement, its runs succeeding, its failure counter 0 or not
+    (the recording locks the job only when it resets the counter)."""
     deadlocks = []
     for round_number in range(ROUNDS):
-        job = JobFactory(tenant=tenant, concurrency_policy="forbid", cron_expression="*/5 * * * *")
+        guarded = round_number % 2 == 0
+        job = JobFactory(
+            tenant=tenant,
+            concurrency_policy="forbid" if guarded else "allow",
+            cron_expression="*/5 * * * *",
+            consecutive_failures=round_number % 4 // 2,
+        )
         runs = queued_runs(job, RUNS_PER_ROUND)
         ids = [str(r.id) for r in runs]
 
-        def claim_and_record(owner, ids=ids):
-            claimed = claim_runs(ids, owner=owner, now=timezone.now())
+        def claim_and_record(owner, ids=ids, guarded=guarded):
+            claimed = claim_runs(ids, owner=owner, now=timezone.now(), guarded_jobs=None if guarded else [])
+            status = 500 if guarded else 200
             if claimed:
-                record_in_lock_order([(r, a_request(r), a_response(r)) for r in claimed], owner=owner)
+                record_in_lock_order([(r, a_request(r), a_response(r, status)) for r in claimed], owner=owner)
 
         def fresh(job=job):
             return JobDefinition.objects.get(pk=job.pk)
