@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from apps.core import events
 from apps.core.dbretry import TRANSIENT, with_db_retry
 from apps.core.logs import log_fields
 from apps.jobs.models import ConcurrencyPolicy, JobRun, RunStatus
@@ -410,14 +411,15 @@ class Window:
             except queue.Empty:
                 break
         try:
-            if batch:
-                self._record(batch)
-            if grace_over():
-                self._interrupt_all()
-            elif not is_draining():
-                self._fill_from_parked(ticket)
-                if ticket is None and self._overflow:
-                    self._hand_back_overflow()
+            with events.batched():  # the live events of the outcomes and of the refill, published once
+                if batch:
+                    self._record(batch)
+                if grace_over():
+                    self._interrupt_all()
+                elif not is_draining():
+                    self._fill_from_parked(ticket)
+                    if ticket is None and self._overflow:
+                        self._hand_back_overflow()
         except Exception:
             logger.exception("delivery window: recording step failed; going on")
         return batch

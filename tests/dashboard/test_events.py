@@ -83,3 +83,35 @@ def test_on_commit_publishes_only_after_the_commit():
     except RuntimeError:
         pass
     assert messages(pubsub, timeout=0.3) == []
+
+
+@pytest.fixture
+def redis_up(monkeypatch):
+    monkeypatch.setattr(events, "_down_until", 0.0)  # a test above made this process leave Redis alone
+
+
+def test_a_batched_block_publishes_once_at_its_end_one_message_per_tenant(redis_up):
+    pubsub = subscriber("tenant-a", "tenant-b")
+    with events.batched():
+        events.runs_changed([("tenant-a", "run-1"), ("tenant-b", "run-3", "cancelled")])
+        with events.batched():  # nested: published with the outer block
+            events.runs_changed([("tenant-a", "run-2")])
+        assert messages(pubsub, timeout=0.3) == [], "nothing before the block ends"
+        events.runs_changed([("tenant-a", "run-1"), ("tenant-b", "run-3")])  # again: named once
+    got = messages(pubsub)
+    assert sorted(got) == [
+        (events.channel_for("tenant-a"), {"runs": [["run-1", None], ["run-2", None]]}),
+        (events.channel_for("tenant-b"), {"runs": [["run-3", "cancelled"]]}),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_of_a_transaction_committed_in_a_batched_block_go_with_it(redis_up):
+    from django.db import transaction
+
+    pubsub = subscriber("tenant-c")
+    with events.batched():
+        with transaction.atomic():
+            events.runs_changed_on_commit([("tenant-c", "run-9")])
+        events.runs_changed([("tenant-c", "run-10")])
+    assert messages(pubsub) == [(events.channel_for("tenant-c"), {"runs": [["run-9", None], ["run-10", None]]})]
