@@ -60,19 +60,21 @@ CHIME_SET_HEADERS = RESERVED_HEADERS - {"webhook-signature"}
 
 
 def is_secret_header(name: str, marked=()) -> bool:
-    lower = name.lower()
+    return _is_secret(name.lower(), {m.lower() for m in marked})
+
+
+def _is_secret(lower: str, marked_lower: set) -> bool:
     if lower in CHIME_SET_HEADERS:
         return False
-    return (
-        lower in SECRET_HEADER_NAMES
-        or any(part in lower for part in SECRET_NAME_PARTS)
-        or lower in {m.lower() for m in marked}
-    )
+    return lower in SECRET_HEADER_NAMES or any(part in lower for part in SECRET_NAME_PARTS) or lower in marked_lower
 
 
 def redact_headers(headers: dict, marked=()) -> dict[str, str]:
     """The headers as they may be shown: secret values replaced by REDACTED."""
-    return {name: REDACTED if is_secret_header(name, marked) else value for name, value in (headers or {}).items()}
+    marked_lower = {m.lower() for m in marked}  # once per call, not per header: the worker redacts every attempt's
+    return {
+        name: REDACTED if _is_secret(name.lower(), marked_lower) else value for name, value in (headers or {}).items()
+    }
 
 
 def visible_headers(definition) -> dict[str, str]:

@@ -236,3 +236,13 @@ def test_a_recording_that_writes_the_job_waits_for_its_lock_first(job, status, f
         lock_jobs([delivery(run, status=status)])
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING
+
+
+def test_an_attempt_row_has_the_copied_columns_in_order():
+    """insert_attempts copies Attempt tuples positionally into ATTEMPT_COLUMNS, which must also
+    be RunAttempt's columns."""
+    from apps.delivery.outcomes import ATTEMPT_COLUMNS, Attempt
+    from apps.jobs.models import RunAttempt
+
+    assert Attempt._fields == ATTEMPT_COLUMNS
+    assert set(ATTEMPT_COLUMNS) == {field.attname for field in RunAttempt._meta.concrete_fields}
