@@ -411,7 +411,7 @@ class Window:
             except queue.Empty:
                 break
         try:
-            with events.batched():  # the live events of the outcomes and of the refill, published once
+            with events.batched(background=True):  # the live events of the outcomes and the refill, at once
                 if batch:
                     self._record(batch)
                 if grace_over():

@@ -115,3 +115,20 @@ def test_events_of_a_transaction_committed_in_a_batched_block_go_with_it(redis_u
             events.runs_changed_on_commit([("tenant-c", "run-9")])
         events.runs_changed([("tenant-c", "run-10")])
     assert messages(pubsub) == [(events.channel_for("tenant-c"), {"runs": [["run-9", None], ["run-10", None]]})]
+
+
+def test_a_background_batch_is_published_by_the_publisher_thread(redis_up, monkeypatch):
+    import threading
+
+    publishing_threads = []
+    publish = events._publish
+    monkeypatch.setattr(
+        events,
+        "_publish",
+        lambda changes: (publishing_threads.append(threading.current_thread().name), publish(changes)),
+    )
+    pubsub = subscriber("tenant-d")
+    with events.batched(background=True):
+        events.runs_changed([("tenant-d", "run-1"), ("tenant-d", "run-2", "failed")])
+    assert messages(pubsub) == [(events.channel_for("tenant-d"), {"runs": [["run-1", None], ["run-2", "failed"]]})]
+    assert publishing_threads == ["chime-events"]
