@@ -26,8 +26,6 @@ import queue
 import threading
 import time
 from collections import Counter, defaultdict, deque
-from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connection
@@ -53,73 +51,13 @@ from .preparing import (
 )
 from .recording import record_in_lock_order
 from .transport import ERROR_INTERRUPTED, get_transport
-from .webhook_types import WebhookRequest, WebhookResponse, failed_response
+from .webhook_types import failed_response
+from .window_rows import Flight, Row, Ticket, host_of
 
 logger = logging.getLogger(__name__)
 
 RECORD_BATCH = 200  # outcomes recorded in one transaction at most
 POLL_SECONDS = 0.1
-
-
-class Ticket:
-    """What a synchronous caller waits on: every run id it passed, until each is settled (not
-    claimed, cancelled, handed back, left for the sweep, or its outcome recorded).
-
-    Its runs' outcomes come to the caller's own thread (`ended`), which records them, renews their
-    leases and claims its parked runs (Window.serve): all its database work happens in the
-    caller's session, so it works inside the caller's transaction too (tests)."""
-
-    def __init__(self, run_ids):
-        self.report = DeliveryReport()
-        self.ended: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending = {str(r) for r in run_ids}
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        if not self._pending:
-            self._done.set()
-
-    def settle(self, run_ids, outcomes: dict | None = None) -> None:
-        with self._lock:
-            for outcome, n in (outcomes or {}).items():
-                self.report.outcomes[outcome] += n
-            self._pending.difference_update(str(r) for r in run_ids)
-            if not self._pending:
-                self._done.set()
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-
-@dataclass(eq=False)
-class Row:
-    """A run admitted or parked: what the caps need, known before the run is claimed."""
-
-    run_id: str
-    tenant: str
-    host: str
-    priority: str
-    ticket: Ticket | None
-    guarded_job: str | None = None  # its job, if that job's concurrency policy is not `allow`
-
-
-@dataclass(eq=False)
-class Flight:
-    row: Row
-    run: JobRun
-    request: WebhookRequest
-    owner: str
-    response: WebhookResponse | None = None
-    future: object = field(default=None, repr=False)
-
-
-def host_of(url: str) -> str:
-    """The endpoint a cap per host counts: host and port (an origin), as the connection pool does."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return f"{(parts.hostname or '').lower()}:{port}"
-    except ValueError:
-        return ""
 
 
 class Window:
