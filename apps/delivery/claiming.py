@@ -43,13 +43,17 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime, guarded_jobs: l
             guarded_jobs = None
         seen, guarded = [], []
         if run_ids:
-            seen, guarded = _claim_guarded(run_ids, owner=owner, now=now, guarded_jobs=guarded_jobs)
+            seen, guarded = _claim_guarded(
+                run_ids, owner=owner, now=now, guarded_jobs=guarded_jobs, holding_runs=bool(claimed)
+            )
     # Claimed runs are running now; the others were skipped by concurrency_policy 'forbid'.
     runs_changed((run.tenant_id, run.id) for run in claimed + seen)
     return claimed + guarded
 
 
-def _claim_guarded(run_ids: list[str], *, owner: str, now: datetime, guarded_jobs: list | None) -> tuple[list, list]:
+def _claim_guarded(
+    run_ids: list[str], *, owner: str, now: datetime, guarded_jobs: list | None, holding_runs: bool = False
+) -> tuple[list, list]:
     """The claim of runs that may belong to guarded jobs; returns (the runs still `queued` it looked
     at, the runs claimed: those plus any this owner had claimed already).
 
@@ -71,7 +75,9 @@ def _claim_guarded(run_ids: list[str], *, owner: str, now: datetime, guarded_job
     locked_jobs = set()
     if guarded_jobs:
         locked_jobs = set(
-            JobDefinition.objects.select_for_update()
+            # After the one-statement claim this transaction holds runs already: waiting for a job
+            # row now would invert the lock order, so a busy job is skipped (as `late` below).
+            JobDefinition.objects.select_for_update(skip_locked=holding_runs)
             .filter(id__in=guarded_jobs)
             .order_by("id")
             .values_list("id", flat=True)

@@ -124,3 +124,38 @@ def test_two_runs_of_a_replace_job_in_one_claim_the_later_one_goes(job):
     assert [run.id for run in claimed] == [later.id]
     assert JobRun.objects.get(id=earlier.id).status == RunStatus.CANCELLED
     assert JobRun.objects.get(id=later.id).status == RunStatus.RUNNING
+
+
+def test_after_taking_runs_a_busy_guarded_job_is_skipped_not_waited_for(job, tenant):
+    """One claim with runs of an `allow` job (the one statement takes them) and of a job guarded
+    since the caller's read whose row another session holds: waiting for that row while holding
+    runs would invert the lock order, so its run stays `queued` and the claim returns at once."""
+    free_run, *_ = queued_runs(job, 1)
+    guarded_job = JobFactory(tenant=tenant, concurrency_policy=ConcurrencyPolicy.FORBID)
+    (guarded_run,) = queued_runs(guarded_job, 1)
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                list(type(job).objects.select_for_update().filter(id=guarded_job.id))
+                held.set()
+                done.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+        ids = [str(free_run.id), str(guarded_run.id)]
+        claimed = claim_runs(ids, owner=OWNER, now=timezone.now(), guarded_jobs=[])
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+        done.set()
+        thread.join(10)
+    assert [run.id for run in claimed] == [free_run.id]
+    assert JobRun.objects.get(id=guarded_run.id).status == RunStatus.QUEUED
