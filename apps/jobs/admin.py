@@ -15,7 +15,12 @@ class JobDefinitionAdmin(admin.ModelAdmin):
     list_filter = ["status", "schedule_type", "priority", "tenant"]
     search_fields = ["name", "target_url", "id", "status_reason"]  # "Paused by Chime" finds quarantined jobs
     list_select_related = ["tenant"]
+    # The header values are secrets (encrypted at rest, apps/jobs/secrets.py): the admin shows them
+    # redacted, as the API and the dashboard do, and does not edit them (a form would render every
+    # value in clear). Staff change headers through the API or the dashboard's job form.
+    exclude = ["target_headers"]
     readonly_fields = [
+        "target_headers_redacted",
         "id",
         "partition",
         "next_fire_at",
@@ -25,6 +30,10 @@ class JobDefinitionAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     show_full_result_count = False
+
+    @admin.display(description="target headers (secret values redacted)")
+    def target_headers_redacted(self, obj):
+        return obj.visible_target_headers if obj.pk else {}
 
 
 class RunAttemptInline(admin.TabularInline):

@@ -96,3 +96,15 @@ def test_staff_list_operations_and_their_celery_task_results(staff, tenant, othe
     assert str(mine.id) in staff.get(f"/admin/operations/operation/?q={mine.task_id}").content.decode()
     assert staff.get(f"/admin/operations/operation/{mine.id}/change/").status_code == 200
     assert mine.task_id in staff.get("/admin/django_celery_results/taskresult/").content.decode()
+
+
+def test_a_job_page_shows_its_header_values_redacted_and_saving_it_keeps_them(staff, tenant):
+    from apps.jobs.models import JobDefinition
+    from tests.factories import JobFactory
+
+    job = JobFactory(tenant=tenant, target_headers={"Authorization": "Bearer sup3r-s3cret", "X-Plain": "visible"})
+    html = staff.get(f"/admin/jobs/jobdefinition/{job.id}/change/").content.decode()
+    assert "sup3r-s3cret" not in html
+    assert "Authorization" in html and "visible" in html
+    assert 'name="target_headers"' not in html
+    assert JobDefinition.objects.get(id=job.id).target_headers["Authorization"] == "Bearer sup3r-s3cret"
