@@ -98,7 +98,7 @@ def test_staff_list_operations_and_their_celery_task_results(staff, tenant, othe
     assert mine.task_id in staff.get("/admin/django_celery_results/taskresult/").content.decode()
 
 
-def test_a_job_page_shows_its_header_values_redacted_and_saving_it_keeps_them(staff, tenant):
+def test_a_job_page_shows_its_header_values_redacted_and_offers_no_field_for_them(staff, tenant):
     from apps.jobs.models import JobDefinition
     from tests.factories import JobFactory
 
