@@ -122,9 +122,9 @@ def batched(*, background: bool = False):
         yield
     finally:
         changes, _batch.changes = _batch.changes, None
-        if background and changes:
+        if changes and background:
             _publisher().put(changes)
-        else:
+        elif changes:
             _publish(changes)
 
 

@@ -125,10 +125,14 @@ def test_a_background_batch_is_published_by_the_publisher_thread(redis_up, monke
     monkeypatch.setattr(
         events,
         "_publish",
-        lambda changes: (publishing_threads.append(threading.current_thread().name), publish(changes)),
+        lambda changes: (
+            publishing_threads.extend(threading.current_thread().name for c in changes if c[0] == "tenant-d"),
+            publish(changes),
+        ),
     )
     pubsub = subscriber("tenant-d")
     with events.batched(background=True):
         events.runs_changed([("tenant-d", "run-1"), ("tenant-d", "run-2", "failed")])
     assert messages(pubsub) == [(events.channel_for("tenant-d"), {"runs": [["run-1", None], ["run-2", "failed"]]})]
-    assert publishing_threads == ["chime-events"]
+    # Other tests' windows may still publish in this process: only this test's changes are counted.
+    assert publishing_threads == ["chime-events", "chime-events"]
