@@ -187,9 +187,7 @@ def purge_finished_operations(*, now: datetime) -> int:
     deleted = 0
     while True:
         with transaction.atomic():
-            batch = list(
-                Operation.objects.filter(finished_at__lt=cutoff).values_list("pk", "task_id")[: batch_size()]
-            )
+            batch = list(Operation.objects.filter(finished_at__lt=cutoff).values_list("pk", "task_id")[: batch_size()])
             if not batch:
                 return deleted
             TaskResult.objects.filter(task_id__in=[task for _, task in batch]).delete()

@@ -31,6 +31,7 @@ from .browser import (
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser, pytest.mark.slow]
 
+
 @pytest.fixture(scope="module")
 def web(django_db_setup, django_db_blocker):
     """uvicorn serving config.asgi on the test database, shared by this module's tests."""

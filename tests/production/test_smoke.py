@@ -346,8 +346,9 @@ def test_a_bulk_operation_runs_on_the_ops_process(deploy):
     operation = deploy.api("POST", "/operations/replay", {"status_code": 599}, expect=202)
     assert operation["state"] == "pending", operation
     done = wait_until(
-        lambda: (body := deploy.api("GET", f"/operations/{operation['id']}"))["state"] in ("succeeded", "failed")
-        and body,
+        lambda: (
+            (body := deploy.api("GET", f"/operations/{operation['id']}"))["state"] in ("succeeded", "failed") and body
+        ),
         timeout=60,
         message="operation finished",
     )

@@ -13,6 +13,7 @@ from ..schema import ERRORS
 
 MAX_ROWS = 200  # the bound of every `limit` in the API
 
+
 def _health_fields() -> dict:
     return {
         "attempts": serializers.IntegerField(),
