@@ -94,3 +94,17 @@ def test_the_release_flip_finds_its_runs_by_primary_key_however_stale_the_statis
     # The trap is real in this state: the guard as the partial index states it reads that index.
     unfenced = RELEASE_FENCED_SQL.replace("(status || '') IN", "status IN", 1)
     assert "jobrun_tenant_releasable_idx" in indexes_read(unfenced, params)
+
+
+def test_the_one_statement_claim_finds_its_runs_and_jobs_by_primary_key(stale_statistics):
+    """The worker's claim (apps/jobs/transitions.py CLAIM_FREE_SQL) picks up to 200 runs by id and
+    joins their jobs: primary-key probes of both, whatever ANALYZE last saw, and no partial index
+    on `status` (the guard is fenced like the release flip's)."""
+    from apps.jobs.transitions import CLAIM_FREE_SQL
+
+    JobRun.objects.filter(status=RunStatus.SCHEDULED).update(status=RunStatus.QUEUED)  # unanalyzed
+    ids = list(JobRun.objects.filter(status=RunStatus.QUEUED).values_list("id", flat=True)[:200])
+    params = {"ids": ids, "now": timezone.now(), "owner": "me", "lease": timedelta(seconds=30)}
+    read = indexes_read(CLAIM_FREE_SQL, params)
+    assert {"jobs_jobrun_pkey", "jobs_jobdefinition_pkey"} <= read
+    assert not {"jobrun_queued_idx", "jobrun_running_idx", "jobrun_tenant_releasable_idx"} & read
