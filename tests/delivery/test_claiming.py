@@ -2,15 +2,14 @@
 concurrent runs (apps/jobs/transitions.py `claim_free`) and how `claim_runs` hands what it did not
 take to the guarded claim."""
 
-import threading
-
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection
 from django.utils import timezone
 
 from apps.delivery.claiming import claim_runs
 from apps.jobs.models import ConcurrencyPolicy, JobRun, RunStatus
 from tests.factories import JobFactory, queued_runs
+from tests.support.locks import row_held_elsewhere
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,25 +69,8 @@ def test_runs_not_queued_are_left_as_they_are(job):
 
 def test_a_run_locked_by_another_claim_is_skipped_not_waited_for(job):
     held, free = queued_runs(job, 2)
-    locked, release = threading.Event(), threading.Event()
-
-    def other_claim():
-        try:
-            with transaction.atomic():
-                list(JobRun.objects.select_for_update().filter(id=held.id))
-                locked.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=other_claim)
-    thread.start()
-    try:
-        assert locked.wait(10)
+    with row_held_elsewhere(JobRun, held.id):
         claimed = claim_runs([str(held.id), str(free.id)], owner=OWNER, now=timezone.now(), guarded_jobs=[])
-    finally:
-        release.set()
-        thread.join(10)
     assert [run.id for run in claimed] == [free.id]
     assert JobRun.objects.get(id=held.id).status == RunStatus.QUEUED
 
@@ -133,29 +115,8 @@ def test_after_taking_runs_a_busy_guarded_job_is_skipped_not_waited_for(job, ten
     free_run, *_ = queued_runs(job, 1)
     guarded_job = JobFactory(tenant=tenant, concurrency_policy=ConcurrencyPolicy.FORBID)
     (guarded_run,) = queued_runs(guarded_job, 1)
-    held, done = threading.Event(), threading.Event()
-
-    def hold():
-        try:
-            with transaction.atomic():
-                list(type(job).objects.select_for_update().filter(id=guarded_job.id))
-                held.set()
-                done.wait(10)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert held.wait(10)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '2s'")
-        ids = [str(free_run.id), str(guarded_run.id)]
+    ids = [str(free_run.id), str(guarded_run.id)]
+    with row_held_elsewhere(type(job), guarded_job.id, lock_timeout="2s"):
         claimed = claim_runs(ids, owner=OWNER, now=timezone.now(), guarded_jobs=[])
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
-        done.set()
-        thread.join(10)
     assert [run.id for run in claimed] == [free_run.id]
     assert JobRun.objects.get(id=guarded_run.id).status == RunStatus.QUEUED

@@ -4,12 +4,10 @@ sanitized and cut, and one run's failure to record never touches another run's r
 record_outcomes is called as the worker calls it, on real PostgreSQL (the COPY path), with the
 requests and responses the transport would hand it."""
 
-import threading
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import OperationalError, connection, connections, transaction
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from apps.delivery.outcomes import record_outcomes
@@ -25,6 +23,7 @@ from apps.delivery.sanitize import (
 from apps.delivery.transport import WebhookRequest, WebhookResponse
 from apps.jobs.models import JobDefinition, JobRun, RunStatus
 from tests.factories import JobFactory
+from tests.support.locks import row_held_elsewhere
 
 OWNER = "worker-test:abc123"
 
@@ -188,32 +187,9 @@ def test_a_single_run_that_cannot_be_recorded_gets_a_stripped_attempt(job, poiso
 # -- the job lock (apps/delivery/recording.py)
 
 
-@contextmanager
 def held_as_a_delete_holds_it(job):
     """Another session holding the job row as a delete does (FOR UPDATE), until the block ends."""
-    held, done = threading.Event(), threading.Event()
-
-    def hold():
-        try:
-            with transaction.atomic():
-                list(JobDefinition.objects.select_for_update().filter(id=job.id))
-                held.set()
-                done.wait(10)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert held.wait(10)
-    with connection.cursor() as cursor:
-        cursor.execute("SET lock_timeout = '500ms'")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
-        done.set()
-        thread.join(10)
+    return row_held_elsewhere(JobDefinition, job.id, lock_timeout="500ms")
 
 
 @pytest.mark.django_db(transaction=True)
