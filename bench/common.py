@@ -36,9 +36,12 @@ PYTHON = sys.executable
 # One bench at a time per checkout; CHIME_BENCH_DB / CHIME_BENCH_REDIS_URL let two checkouts (git
 # worktrees) bench side by side without sharing a database or a Redis DB.
 BENCH_DB = os.environ.get("CHIME_BENCH_DB", "chime_bench")
-PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-BENCH_DSN = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DB}"
-DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}"
+# CHIME_BENCH_PG_PORT points the benches at another PostgreSQL on 127.0.0.1 (trust auth), e.g. a
+# private server started with pg_stat_statements to see which statements the database's CPU goes to.
+PG_PORT = int(os.environ.get("CHIME_BENCH_PG_PORT", "5432"))
+PG_ADMIN_DSN = f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres"
+BENCH_DSN = f"postgresql://postgres@127.0.0.1:{PG_PORT}/{BENCH_DB}"
+DATABASE_URL = f"postgres://postgres@127.0.0.1:{PG_PORT}/{BENCH_DB}"
 REDIS_URL = os.environ.get("CHIME_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 PARTITIONS = 64  # settings.CHIME_PARTITIONS default; checked against settings in load_definitions
 
