@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 
 from apps.core.events import runs_changed, runs_changed_on_commit
 from apps.jobs.models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
-from apps.jobs.transitions import Event, claim_free, move
+from apps.jobs.transitions import Event, claim_free, move, picked, status_fenced
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def _claim_guarded(
     """
     if guarded_jobs is None:
         guarded_jobs = (
-            JobRun.objects.filter(id__in=run_ids, status=RunStatus.QUEUED)
+            picked(run_ids, RunStatus.QUEUED)
             .exclude(definition__concurrency_policy=ConcurrencyPolicy.ALLOW)
             .values_list("definition_id", flat=True)
         )
@@ -82,11 +82,12 @@ def _claim_guarded(
             .order_by("id")
             .values_list("id", flat=True)
         )
+    mine_or_queued = status_fenced(RunStatus.QUEUED) | (status_fenced(RunStatus.RUNNING) & Q(lease_owner=owner))
     runs = list(
         JobRun.objects.select_for_update(skip_locked=True, of=("self",))
         # Runs already `running` under this very owner were claimed by a try of this call
         # whose COMMIT failed after it happened (apps/core/dbretry.py): they are ours.
-        .filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_owner=owner), id__in=run_ids)
+        .filter(mine_or_queued, id__in=run_ids)
         .select_related("definition")
         .order_by("scheduled_for")
     )

@@ -21,7 +21,7 @@ from apps.core.events import runs_changed_on_commit
 from apps.core.logs import log_fields
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
 from apps.jobs.secrets import redact_headers
-from apps.jobs.transitions import Event, move, succeed_mine
+from apps.jobs.transitions import Event, move, picked, succeed_mine
 from apps.tenants.models import Membership, Role
 
 from .sanitize import ERROR_CHARS, RESPONSE_EXCERPT_CHARS, STATUS_REASON_CHARS, clean_headers, clean_integer, clean_text
@@ -227,9 +227,7 @@ def _lock_mine(run_ids: list, owner: str) -> set:
     if not run_ids:
         return set()
     return set(
-        JobRun.objects.select_for_update()
-        .filter(id__in=run_ids, status=RunStatus.RUNNING, lease_owner=owner)
-        .values_list("id", flat=True)
+        picked(run_ids, RunStatus.RUNNING).select_for_update().filter(lease_owner=owner).values_list("id", flat=True)
     )
 
 

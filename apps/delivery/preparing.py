@@ -19,7 +19,7 @@ from uuid6 import uuid7
 from apps.core import tracing
 from apps.core.events import runs_changed
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
-from apps.jobs.transitions import Event, move
+from apps.jobs.transitions import Event, move, picked
 from apps.tenants.selectors import signing_secrets_by_tenant
 
 from .claiming import lease_expiry
@@ -142,9 +142,7 @@ def cancel_unsendable(runs: list[JobRun], *, owner: str, report: DeliveryReport)
 
 def still_mine(runs: list[JobRun], *, owner: str) -> list[JobRun]:
     ids = {run.id for run in runs}
-    kept = set(
-        JobRun.objects.filter(id__in=ids, status=RunStatus.RUNNING, lease_owner=owner).values_list("id", flat=True)
-    )
+    kept = set(picked(ids, RunStatus.RUNNING).filter(lease_owner=owner).values_list("id", flat=True))
     JobRun.objects.filter(id__in=kept, lease_owner=owner).update(lease_expires_at=lease_expiry())
     return [run for run in runs if run.id in kept]
 
@@ -153,9 +151,7 @@ def hand_back(runs: list[JobRun], *, owner: str) -> None:
     """Runs claimed but not sent go back to `queued` with their attempt uncharged, and are
     published again: another worker takes them at once instead of after a lease."""
     ids = [run.id for run in runs]
-    back = list(
-        JobRun.objects.filter(id__in=ids, status=RunStatus.RUNNING, lease_owner=owner).values_list("id", "priority")
-    )
+    back = list(picked(ids, RunStatus.RUNNING).filter(lease_owner=owner).values_list("id", "priority"))
     move(
         Event.HAND_BACK,
         [r for r, _ in back],

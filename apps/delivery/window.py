@@ -34,7 +34,8 @@ from django.utils import timezone
 from apps.core import events
 from apps.core.dbretry import TRANSIENT, with_db_retry
 from apps.core.logs import log_fields
-from apps.jobs.models import ConcurrencyPolicy, JobRun, RunStatus
+from apps.jobs.models import ConcurrencyPolicy, RunStatus
+from apps.jobs.transitions import picked
 
 from .claiming import claim_runs, lease_expiry
 from .draining import grace_over, is_draining, start_draining
@@ -166,7 +167,7 @@ class Window:
         return report
 
     def _peek(self, run_ids, ticket) -> list[Row]:
-        rows = JobRun.objects.filter(id__in=run_ids, status=RunStatus.QUEUED).values_list(
+        rows = picked(run_ids, RunStatus.QUEUED).values_list(
             "id", "tenant_id", "priority", "definition__target_url", "definition_id", "definition__concurrency_policy"
         )
         return [
@@ -461,10 +462,8 @@ class Window:
         if not flights:
             return False
         try:
-            JobRun.objects.filter(
-                id__in=[run_id for run_id, _ in flights],
-                status=RunStatus.RUNNING,
-                lease_owner__in={owner for _, owner in flights},
+            picked([run_id for run_id, _ in flights], RunStatus.RUNNING).filter(
+                lease_owner__in={owner for _, owner in flights}
             ).update(lease_expires_at=lease_expiry())
         except Exception as exc:
             # The next renewal, once the database answers, keeps the leases (the sweep gives

@@ -25,7 +25,7 @@ from apps.core.events import runs_changed
 from apps.delivery.enqueue import broker_epoch, by_priority, publish_runs
 from apps.jobs.models import RELEASABLE_DUE_SQL, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
 from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan
-from apps.jobs.transitions import Event, move, release_fenced
+from apps.jobs.transitions import Event, move, picked, release_fenced
 
 from .fairness import fair_selection
 from .leases import LeaseKeeper
@@ -355,7 +355,7 @@ def _publish_queued_again(*, partitions: list[int], queued_before: datetime, sta
         )
         if not rows:
             return 0
-        JobRun.objects.filter(id__in=[r for r, _ in rows], status=RunStatus.QUEUED).update(queued_at=stamp)
+        picked([r for r, _ in rows], RunStatus.QUEUED).update(queued_at=stamp)
     publish_or_put_back(rows)
     return len(rows)
 

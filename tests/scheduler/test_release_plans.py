@@ -10,7 +10,6 @@ condition (`attempt_count >= 0`, always true) that the fair release's queries do
 they can only read jobrun_tenant_releasable_idx. This builds that stale-statistics state and reads
 the plans."""
 
-import json
 from datetime import timedelta
 
 import pytest
@@ -22,22 +21,9 @@ from apps.scheduler import fairness
 from apps.scheduler.services import ANYTHING_DUE_SQL
 from apps.tenants.services import tenant_create
 from tests.factories import JobFactory
+from tests.support.plans import indexes_read
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def indexes_read(sql: str, params: dict) -> set[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        plan = cursor.fetchone()[0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    found, stack = set(), [plan[0]["Plan"]]
-    while stack:
-        node = stack.pop()
-        if "Index Name" in node:
-            found.add(node["Index Name"])
-        stack.extend(node.get("Plans", []))
-    return found
 
 
 @pytest.fixture
