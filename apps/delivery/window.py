@@ -34,7 +34,7 @@ from django.utils import timezone
 from apps.core import events
 from apps.core.dbretry import TRANSIENT, with_db_retry
 from apps.core.logs import log_fields
-from apps.jobs.models import ConcurrencyPolicy, RunStatus
+from apps.jobs.models import RunStatus
 from apps.jobs.transitions import picked
 
 from .claiming import claim_runs, lease_expiry
@@ -53,7 +53,7 @@ from .preparing import (
 from .recording import record_in_lock_order
 from .transport import ERROR_INTERRUPTED, get_transport
 from .webhook_types import failed_response
-from .window_rows import Flight, Row, Ticket, host_of
+from .window_rows import Flight, Row, Ticket, queued_rows
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,9 @@ class Window:
             raise HandBack("worker is shutting down")
         report = DeliveryReport()
         try:
-            rows = with_db_retry(lambda: self._peek(run_ids, ticket), what="reading runs", deadline_seconds=_patience())
+            rows = with_db_retry(
+                lambda: queued_rows(run_ids, ticket), what="reading runs", deadline_seconds=_patience()
+            )
         except TRANSIENT as exc:
             raise HandBack("database unavailable while claiming") from exc
         if ticket is not None:
@@ -165,15 +167,6 @@ class Window:
                 # A synchronous caller records its own runs: make room by doing so.
                 self._step(ticket.ended, ticket=ticket)
         return report
-
-    def _peek(self, run_ids, ticket) -> list[Row]:
-        rows = picked(run_ids, RunStatus.QUEUED).values_list(
-            "id", "tenant_id", "priority", "definition__target_url", "definition_id", "definition__concurrency_policy"
-        )
-        return [
-            Row(str(i), str(t), host_of(url), p, ticket, None if policy == ConcurrencyPolicy.ALLOW else job)
-            for i, t, p, url, job, policy in rows.order_by("scheduled_for")
-        ]
 
     def _park(self, row: Row) -> None:
         """Keep a run that is over its tenant's or host's share until a slot of theirs frees.

@@ -217,9 +217,18 @@ def _sql_in(event: Event, *, fenced: bool = False, alias: str = "") -> str:
     ANALYZE, docs/benchmarks.md), against 200 primary-key probes. `(status || '')` means the same
     and matches no index predicate (the due index's fence, apps/jobs/models.py, is the mirror).
     """
+    return _states_in(TRANSITIONS[event].sources, fenced=fenced, alias=alias)
+
+
+def _states_in(states, *, fenced: bool, alias: str) -> str:
     column = f"{alias}.status" if alias else "status"
     column = f"({column} || '')" if fenced else column
-    return "{} IN ({})".format(column, ", ".join(f"'{s}'" for s in TRANSITIONS[event].sources))
+    return "{} IN ({})".format(column, ", ".join(f"'{RunStatus(s)}'" for s in states))
+
+
+def status_fenced_sql(*states: str, alias: str = "") -> str:
+    """`status_fenced` as SQL text, for fixed statements elsewhere that pick runs by id."""
+    return _states_in(states, fenced=True, alias=alias)
 
 
 # The scheduler's release, fenced by its partition leases: a run is flipped only if, at that very

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from apps.delivery.outcomes import _lock_mine
 from apps.delivery.preparing import still_mine
+from apps.delivery.window_rows import PEEK_SQL
 from apps.jobs.models import JobRun, RunStatus
 from apps.jobs.transitions import SUCCEED_MINE_SQL, Event, move, picked
 from apps.tenants.services import tenant_create
@@ -98,6 +99,10 @@ def test_picked_queries_read_the_primary_key(stale):
         read = indexes_read_by(queryset)
         assert "jobs_jobrun_pkey" in read
         assert not read & STATUS_INDEXES
+
+    read = indexes_read(PEEK_SQL, [queued])  # the window's first read, as PostgreSQL gets it
+    assert {"jobs_jobrun_pkey", "jobs_jobdefinition_pkey"} <= read
+    assert not read & STATUS_INDEXES
 
     # Without the fence the same query reads the partial index.
     assert "jobrun_running_idx" in indexes_read_by(JobRun.objects.filter(id__in=running, status=RunStatus.RUNNING))
