@@ -13,10 +13,12 @@ from django.core.exceptions import ImproperlyConfigured
 from config.process import process_type
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
-VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env") if (BASE_DIR / ".env").exists() else None
+# Embedded mode's files (SQLite database, filesystem broker, archive, heartbeats): var/ unless
+# CHIME_VAR_DIR says elsewhere (the embedded-mode test runs `./chime run` in a directory of its own).
+VAR_DIR = Path(env.str("CHIME_VAR_DIR", default=str(BASE_DIR / "var")))
 
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key" if DEBUG else environ.Env.NOTSET)

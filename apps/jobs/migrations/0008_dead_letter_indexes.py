@@ -1,4 +1,4 @@
-from django.contrib.postgres.operations import AddIndexConcurrently
+from apps.core.migration_ops import AddIndexConcurrentlyOnPostgres
 from django.db import migrations, models
 
 
@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        AddIndexConcurrently(
+        AddIndexConcurrentlyOnPostgres(
             model_name="jobrun",
             index=models.Index(
                 condition=models.Q(status="failed"),
@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
                 name="jobrun_dead_letters_idx",
             ),
         ),
-        AddIndexConcurrently(
+        AddIndexConcurrentlyOnPostgres(
             model_name="jobrun",
             index=models.Index(condition=models.Q(status="failed"), fields=["tenant", "-id"], name="jobrun_failed_id_idx"),
         ),

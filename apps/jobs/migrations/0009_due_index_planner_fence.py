@@ -1,4 +1,4 @@
-from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
+from apps.core.migration_ops import AddIndexConcurrentlyOnPostgres, RemoveIndexConcurrentlyOnPostgres
 from django.db import migrations, models
 
 
@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        AddIndexConcurrently(
+        AddIndexConcurrentlyOnPostgres(
             model_name="jobrun",
             index=models.Index(
                 condition=models.Q(("attempt_count__gte", 0), ("status__in", ["scheduled", "retrying"])),
@@ -23,5 +23,5 @@ class Migration(migrations.Migration):
                 name="jobrun_due_idx",
             ),
         ),
-        RemoveIndexConcurrently(model_name="jobrun", name="jobrun_releasable_idx"),
+        RemoveIndexConcurrentlyOnPostgres(model_name="jobrun", name="jobrun_releasable_idx"),
     ]
