@@ -51,6 +51,17 @@ def call(url: str, key: str, body: dict | None = None) -> dict:
         return json.loads(response.read())
 
 
+def stop(chime: Process) -> None:
+    """SIGTERM as a PaaS stops it, SIGKILL if honcho has not ended 30 s later."""
+    chime.kill(signal.SIGTERM)
+    try:
+        chime.popen.wait(30)
+    except subprocess.TimeoutExpired:
+        chime.kill(signal.SIGKILL)
+        chime.popen.wait(5)
+    chime._log.close()
+
+
 @pytest.fixture
 def fresh_database():
     from tests.conftest import _require
@@ -85,13 +96,7 @@ def test_chime_run_on_a_server_without_its_database(fresh_database):
         wait_until(lambda: call(url, key)["state"] == "succeeded", timeout=60, message="the ops process ran it")
         assert "Traceback" not in chime.log()
     finally:
-        chime.kill(signal.SIGTERM)
-        try:
-            chime.popen.wait(30)
-        except subprocess.TimeoutExpired:
-            chime.kill(signal.SIGKILL)
-            chime.popen.wait(5)
-        chime._log.close()
+        stop(chime)
 
 
 @pytest.mark.timeout(300)
@@ -136,11 +141,5 @@ def test_chime_run_with_no_servers_delivers_a_webhook(tmp_path):
         assert (tmp_path / "var" / "chime.sqlite3").exists()
         assert "Traceback" not in chime.log()
     finally:
-        chime.kill(signal.SIGTERM)
-        try:
-            chime.popen.wait(30)
-        except subprocess.TimeoutExpired:
-            chime.kill(signal.SIGKILL)
-            chime.popen.wait(5)
-        chime._log.close()
+        stop(chime)
         receiver.stop()
