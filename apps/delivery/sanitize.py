@@ -45,9 +45,20 @@ def clean_text(value, limit: int) -> str:
 
 
 def clean_headers(headers: dict | None) -> dict[str, str]:
-    """A header mapping as a JSON object PostgreSQL's jsonb accepts, bounded in size."""
+    """A header mapping as a JSON object PostgreSQL's jsonb accepts, bounded in size.
+
+    Headers that need no cleaning (every name and value a str within its limit, no NUL and no
+    surrogate anywhere: one search over them all) are copied as they are; the header-by-header
+    cleaning, two calls per header, was ~2 % of a worker process's CPU in a spike, for the
+    request headers of every attempt, which Chime built and which nearly always pass (issue #12)."""
+    items = list((headers or {}).items())[:MAX_STORED_HEADERS]
+    if all(
+        type(name) is str and type(value) is str and len(name) <= HEADER_NAME_CHARS and len(value) <= HEADER_VALUE_CHARS
+        for name, value in items
+    ) and not _UNSTORABLE.search("".join(name + value for name, value in items)):
+        return dict(items)
     cleaned: dict[str, str] = {}
-    for name, value in list((headers or {}).items())[:MAX_STORED_HEADERS]:
+    for name, value in items:
         cleaned[clean_text(name, HEADER_NAME_CHARS)] = clean_text(value, HEADER_VALUE_CHARS)
     return cleaned
 

@@ -59,6 +59,27 @@ def test_clean_headers_cleans_names_and_values_and_bounds_their_number():
     assert len(cleaned) == 100
 
 
+def test_clean_headers_keeps_clean_headers_as_they_are():
+    headers = {"Content-Type": "application/json", "X-Edge": "e" * 4096, "N" * 256: "ok", "Ünïcode": "välue ✓"}
+    assert clean_headers(headers) == headers
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"A": "ok", "B": "lone \ud800 surrogate"}, {"A": "ok", "B": f"lone {REPLACEMENT} surrogate"}),
+        ({"A": "ok", "B\x00": "v"}, {"A": "ok", f"B{REPLACEMENT}": "v"}),
+        ({"A": "ok", "B": b"\xffbytes"}, {"A": "ok", "B": f"{REPLACEMENT}bytes"}),
+        ({"A": "ok", "B": 7}, {"A": "ok", "B": "7"}),
+        ({"A": "ok", "B": "v" * 4097}, {"A": "ok", "B": "v" * (4096 - len(TRUNCATED_MARK)) + TRUNCATED_MARK}),
+        ({"A": "ok", "N" * 257: "v"}, {"A": "ok", "N" * (256 - len(TRUNCATED_MARK)) + TRUNCATED_MARK: "v"}),
+    ],
+    ids=["surrogate", "nul-in-name", "bytes", "not-a-string", "value-too-long", "name-too-long"],
+)
+def test_clean_headers_cleans_one_bad_header_among_clean_ones(headers, expected):
+    assert clean_headers(headers) == expected
+
+
 def test_clean_integer_keeps_what_fits_an_integer_column():
     assert [clean_integer(v) for v in (200, 0, MAX_INTEGER)] == [200, 0, MAX_INTEGER]
     assert [clean_integer(v) for v in (-1, MAX_INTEGER + 1, None, "200", True)] == [None] * 5
