@@ -57,12 +57,18 @@ def fair_selection(partitions: list[int], *, now: datetime, batch_size: int) -> 
     within its queue budget, round-robin across tenants inside a tier."""
     budgets = queue_budgets(now)
     chosen: list[tuple] = []
+    tenants_by_tier = None  # read once, and only if some tier is worth topping up
     for priority in Priority.values:  # high, default, low
         room = min(budgets[priority], batch_size - len(chosen))
         if room <= 0 or not _worth_topping_up(priority, budgets[priority]):
             continue
         if connection.vendor == "postgresql":
-            candidates = _candidates_postgresql(partitions, priority=priority, now=now, batch_size=room)
+            if tenants_by_tier is None:
+                tenants_by_tier = _releasable_tenants_by_tier()
+            tenants = tenants_by_tier.get(priority)
+            if not tenants:
+                continue  # nothing releasable in this tier: no candidates query
+            candidates = _candidates_postgresql(partitions, tenants, priority=priority, now=now, batch_size=room)
         else:
             candidates = _candidates_portable(partitions, priority=priority, now=now, batch_size=room)
         if candidates:
@@ -83,19 +89,35 @@ def _worth_topping_up(priority: str, free: int) -> bool:
     return time.monotonic() - last >= settings.CHIME_RELEASE_MAX_WAIT_SECONDS
 
 
-# Distinct tenants with releasable runs, by a skip scan over jobrun_tenant_releasable_idx:
-# one index probe per tenant instead of reading every due row.
+# Distinct (tenant, tier) pairs with releasable runs, by a skip scan over
+# jobrun_tenant_releasable_idx (tenant, priority, available_at): one index probe per pair instead
+# of reading every due row. One scan serves every tier of a release: it used to be one scan of
+# tenants per tier, and the tiers a spike leaves empty (high, low) each paid the whole scan again.
 TENANTS_SQL = """
-WITH RECURSIVE tenants(tenant_id) AS (
-    (SELECT tenant_id FROM jobs_jobrun WHERE status IN ('scheduled', 'retrying') ORDER BY tenant_id LIMIT 1)
+WITH RECURSIVE pairs(tenant_id, priority) AS (
+    (SELECT tenant_id, priority FROM jobs_jobrun WHERE status IN ('scheduled', 'retrying')
+      ORDER BY tenant_id, priority LIMIT 1)
     UNION ALL
-    SELECT (SELECT r.tenant_id FROM jobs_jobrun r
-             WHERE r.status IN ('scheduled', 'retrying') AND r.tenant_id > t.tenant_id
-             ORDER BY r.tenant_id LIMIT 1)
-      FROM tenants t WHERE t.tenant_id IS NOT NULL
+    SELECT n.tenant_id, n.priority
+      FROM pairs p CROSS JOIN LATERAL (
+          SELECT r.tenant_id, r.priority FROM jobs_jobrun r
+           WHERE r.status IN ('scheduled', 'retrying') AND (r.tenant_id, r.priority) > (p.tenant_id, p.priority)
+           ORDER BY r.tenant_id, r.priority LIMIT 1
+      ) AS n
 )
-SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL
+SELECT tenant_id, priority FROM pairs
 """
+
+
+def _releasable_tenants_by_tier() -> dict[str, list]:
+    """{priority: [tenant_id, ...]} of the tenants with releasable runs in each tier (due or not)."""
+    by_tier: dict[str, list] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(TENANTS_SQL)
+        for tenant_id, priority in cursor.fetchall():
+            by_tier.setdefault(priority, []).append(tenant_id)
+    return by_tier
+
 
 # Each tenant's oldest due runs of one tier: an index range scan of jobrun_tenant_releasable_idx
 # (tenant, priority, available_at) per tenant that stops after LIMIT rows, however deep the
@@ -117,16 +139,14 @@ SELECT x.id, x.tenant_id
 """
 
 
-def _candidates_postgresql(partitions: list[int], *, priority: str, now: datetime, batch_size: int) -> list[tuple]:
-    """An equal share from every tenant; if some have fewer due runs than their share, one more
-    round takes the rest of the batch from the tenants that filled theirs. Returns
-    (id, tenant_id, rank within the tenant), the 1st of every tenant first, then the 2nd, ..."""
+def _candidates_postgresql(
+    partitions: list[int], tenants: list, *, priority: str, now: datetime, batch_size: int
+) -> list[tuple]:
+    """An equal share from every tenant of the tier; if some have fewer due runs than their
+    share, one more round takes the rest of the batch from the tenants that filled theirs.
+    Returns (id, tenant_id, rank within the tenant), the 1st of every tenant first, then the 2nd, ..."""
     sql = CANDIDATES_SQL
     with connection.cursor() as cursor:
-        cursor.execute(TENANTS_SQL)
-        tenants = [row[0] for row in cursor.fetchall()]
-        if not tenants:
-            return []
         share = max(math.ceil(batch_size / len(tenants)), 1)
         params = {"now": now, "partitions": partitions, "priority": priority}
         cursor.execute(sql, {**params, "tenants": tenants, "per_tenant": share, "skip": 0})

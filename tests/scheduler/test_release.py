@@ -158,3 +158,24 @@ def test_release_flips_to_queued_and_publishes_per_priority_tier(tenant, broker,
     }
     # Released once: a second pass (or a second scheduler) finds nothing to release.
     assert release_due_runs(leases=leases, now=NOW, batch_size=100) == 0
+
+
+def test_one_release_reads_the_releasable_tenants_once_and_skips_empty_tiers(tenant, other_tenant):
+    """The tenants with releasable runs are read in one skip scan for every tier (it used to be
+    one scan per tier, the whole scan again for each tier a spike leaves empty), and a tier with
+    nothing releasable sends no candidates query."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the skip scan is PostgreSQL's path")
+    urgent = due_runs(JobFactory(tenant=tenant, priority="high"), 3)
+    normal = due_runs(JobFactory(tenant=other_tenant), 4)
+    with CaptureQueriesContext(connection) as queries:
+        chosen = fair_selection(ALL, now=NOW, batch_size=100)
+    assert chosen == [(r.id, "high") for r in urgent] + [(r.id, "default") for r in normal]
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert sum("WITH RECURSIVE" in s for s in sql) == 1
+    candidates = [s for s in sql if "CROSS JOIN LATERAL" in s and "OFFSET" in s]
+    assert len(candidates) == 2, "high and default; nothing is releasable in low"
+    assert all("'low'" not in s for s in candidates)
