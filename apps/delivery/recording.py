@@ -6,6 +6,8 @@ the order every other writer of jobs and runs takes them, around it."""
 from django.db import connection
 from django.utils import timezone
 
+from apps.core.prepared import prepared_cursor
+
 from .outcomes import classify, record_outcomes
 
 
@@ -39,6 +41,6 @@ def lock_jobs(deliveries: list[tuple]) -> set | None:
         return None
     jobs = sorted({str(run.definition_id) for run, _, _ in deliveries})
     touched = sorted({str(run.definition_id) for run, _, response in deliveries if not classify(response).succeeded})
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(LOCK_JOBS_SQL, {"jobs": jobs, "touched": touched})
         return {job_id for job_id, failures in cursor.fetchall() if failures}

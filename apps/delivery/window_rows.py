@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from django.db import connection
 
+from apps.core.prepared import prepared_cursor
 from apps.jobs.models import ConcurrencyPolicy, JobRun, RunStatus
 from apps.jobs.transitions import picked, status_fenced_sql
 
@@ -91,7 +92,7 @@ def queued_rows(run_ids, ticket: Ticket | None) -> list[Row]:
     """The runs among `run_ids` still `queued`, oldest occurrence first, as Rows (what the caps
     need: tenant, endpoint host, and the job if its concurrency policy guards it)."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+        with prepared_cursor() as cursor:
             cursor.execute(PEEK_SQL, [list(run_ids)])
             rows = cursor.fetchall()
     else:

@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models import CharField, F, Func, Q, QuerySet
 from django.db.models.lookups import In
 
+from apps.core.prepared import prepared_cursor
 from apps.core.rows import RowLoader
 
 from .models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
@@ -255,7 +256,7 @@ def release_fenced(run_ids: list, *, now: datetime, partitions: list[int], epoch
     `epochs[i]` for `partitions[i]`) still holds; returns (id, priority, tenant_id) of each run
     moved."""
     params = {"now": now, "ids": run_ids, "partitions": partitions, "epochs": epochs, "owner": owner}
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(RELEASE_FENCED_SQL, params)
         return cursor.fetchall()
 
@@ -275,7 +276,7 @@ def succeed_mine(run_ids: list, *, now: datetime, owner: str) -> set:
     the lease; returns the ids moved (counted as succeeded on commit, as `move` counts)."""
     if not run_ids:
         return set()
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(SUCCEED_MINE_SQL, [now, run_ids, owner])
         rows = cursor.fetchall()
     runs_ended(OUTCOMES[Event.SUCCEED], [(priority, tenant_id) for _, priority, tenant_id in rows])
@@ -309,7 +310,7 @@ def claim_free(run_ids: list, *, now: datetime, owner: str, lease: timedelta) ->
     returns them as they are now (`running` under `owner`), each with its `definition` loaded."""
     if not run_ids:
         return []
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(CLAIM_FREE_SQL, {"ids": list(run_ids), "now": now, "owner": owner, "lease": lease})
         rows = cursor.fetchall()
     split = len(_RUNS)

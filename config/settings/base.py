@@ -95,6 +95,9 @@ PROCESS_TYPE = process_type()
 # requests concurrently (one thread each under ASGI); a worker child needs one for its task and
 # one for its lease-renewing thread; a scheduler runs one loop.
 DB_POOL_DEFAULT_MAX = {"web": 10, "worker": 4, "ops": 3, "scheduler": 3, "release": 2, "manage": 4, "test": 10}
+# The hot path's fixed statements are prepared once per connection (apps/core/prepared.py). Off
+# for a connection pooler in transaction mode that cannot carry prepared statements.
+CHIME_DB_PREPARED_STATEMENTS = env.bool("CHIME_DB_PREPARED_STATEMENTS", default=True)
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'chime.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded mode: web, scheduler and worker share one file. WAL lets readers run beside the
@@ -123,6 +126,11 @@ else:
         # A process stalled inside a transaction (SIGSTOP, a frozen VM) must not hold row locks
         # (partition leases, due runs) for longer than a lease: PostgreSQL ends its session.
         "options": f"-c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_MS}",
+        # psycopg prepares nothing while this is None (Django's default), not even a statement
+        # executed with prepare=True. A threshold no statement reaches: only the statements
+        # apps/core/prepared.py asks for are prepared (Django's own cursors bind on the client and
+        # never prepare).
+        "prepare_threshold": 2**31 - 1 if CHIME_DB_PREPARED_STATEMENTS else None,
         "pool": {
             "min_size": env.int("CHIME_DB_POOL_MIN_SIZE", default=1),
             "max_size": env.int("CHIME_DB_POOL_MAX_SIZE", default=DB_POOL_DEFAULT_MAX[PROCESS_TYPE]),

@@ -24,7 +24,7 @@ from apps.jobs.models import JobRun, RunStatus
 from apps.jobs.transitions import SUCCEED_MINE_SQL, Event, move, picked
 from apps.tenants.services import tenant_create
 from tests.factories import JobFactory
-from tests.support.plans import indexes_read, indexes_read_by
+from tests.support.plans import _walk, indexes_read, indexes_read_by
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -125,3 +125,79 @@ def test_the_workers_statements_by_id_read_no_status_index(stale, what):
         if "jobs_jobrun" not in sql:
             continue
         assert not read & STATUS_INDEXES, (sql, read)
+
+
+def _generic_plan(sql: str, params, marker: str) -> tuple[bool, set[str]]:
+    """Run `sql` through apps/core/prepared.py's cursor, then read the generic plan PostgreSQL
+    may switch the prepared statement to after five executions. Returns (was it prepared, the
+    indexes that plan reads). Rolled back."""
+    import re
+
+    from apps.core.prepared import prepared_cursor
+
+    with transaction.atomic():
+        with prepared_cursor() as cursor:
+            cursor.execute(sql, params)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT name FROM pg_prepared_statements WHERE NOT from_sql AND statement LIKE %s", [f"%{marker}%"]
+            )
+            found = cursor.fetchone()
+            if found is None:
+                transaction.set_rollback(True)
+                return False, set()
+            if isinstance(params, dict):  # psycopg numbers %(name)s by first appearance
+                names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
+                params = [params[name] for name in names]
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            placeholders = ", ".join(["%s"] * len(params))
+            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {found[0]}({placeholders})", params)
+            read = _walk(cursor.fetchone()[0])
+        transaction.set_rollback(True)
+    return True, read
+
+
+def test_the_prepared_statements_generic_plans_still_read_the_primary_key(stale, settings):
+    """apps/core/prepared.py prepares the hot path's statements by id; after five executions
+    PostgreSQL may plan them once for any parameters (a generic plan). That plan must keep to the
+    primary key as the custom plans above do."""
+    from datetime import timedelta as td
+
+    from apps.delivery.recording import LOCK_JOBS_SQL
+    from apps.jobs.transitions import CLAIM_FREE_SQL, RELEASE_FENCED_SQL
+    from apps.tenants.selectors import SECRETS_BY_TENANT_SQL
+
+    settings.CHIME_DB_PREPARED_STATEMENTS = True
+    running, queued = stale
+    now = timezone.now()
+    jobs = [str(j) for j in JobRun.objects.filter(id__in=running).values_list("definition_id", flat=True)]
+    tenants = [str(t) for t in JobRun.objects.filter(id__in=running).values_list("tenant_id", flat=True)]
+    by_id = {
+        "succeed": (SUCCEED_MINE_SQL, [now, running, "me"], "SET status = 'succeeded', finished_at"),
+        "claim": (CLAIM_FREE_SQL, {"ids": queued, "now": now, "owner": "me", "lease": td(seconds=30)}, "claimed AS"),
+        "peek": (PEEK_SQL, [queued], "d.concurrency_policy"),
+        "release": (
+            RELEASE_FENCED_SQL,
+            {"now": now, "ids": queued, "partitions": [0], "epochs": [1], "owner": "me"},
+            "scheduler_schedulerlease",
+        ),
+    }
+    for what, (sql, params, marker) in by_id.items():
+        prepared, read = _generic_plan(sql, params, marker)
+        assert prepared, f"{what}: not prepared"
+        assert "jobs_jobrun_pkey" in read, (what, read)
+        assert not read & STATUS_INDEXES, (what, read)
+    # Prepared too (their tables are small here: a plan of them would say nothing of 10M jobs).
+    assert _generic_plan(LOCK_JOBS_SQL, {"jobs": jobs, "touched": []}, "consecutive_failures > 0")[0]
+    assert _generic_plan(SECRETS_BY_TENANT_SQL, [tenants, now], "tenants_signingsecret")[0]
+
+
+def test_prepared_statements_can_be_turned_off_for_a_pooler_that_cannot_carry_them(stale, settings):
+    settings.CHIME_DB_PREPARED_STATEMENTS = False
+    running, _ = stale
+    sql = SUCCEED_MINE_SQL + "\n-- with prepared statements off"  # a text no earlier test prepared
+    prepared, _ = _generic_plan(sql, [timezone.now(), running, "off"], "-- with prepared statements off")
+    assert not prepared
+    settings.CHIME_DB_PREPARED_STATEMENTS = True
+    prepared, _ = _generic_plan(sql, [timezone.now(), running, "on"], "-- with prepared statements off")
+    assert prepared, "the same statement with them on"

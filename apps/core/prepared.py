@@ -1,0 +1,77 @@
+"""Prepared statements for the fixed statements of the hot path (PostgreSQL).
+
+Django's psycopg backend binds parameters on the client (psycopg's ClientCursor), so PostgreSQL
+parses and plans every statement each time it is sent. For the worker's per-batch statements
+(the claim, the recording of successes, the peek, the job locks, the signing secrets) the plan is
+always the same, primary-key probes by `id = ANY(...)`, and planning it cost a sixth of the
+worker's database CPU: pg_stat_statements with track_planning, `bench.delivery_stages --worker`,
+0.5 ms of planning per claim of ~25 runs against 1.1 ms of execution (docs/benchmarks.md,
+"Issue #12, eighth session").
+
+`prepared_cursor()` is Django's cursor (its error wrapping, its query log in tests) over a
+server-side-binding psycopg cursor that prepares each statement on its connection the first time
+it runs it and then only binds and executes it. Only statements whose every plan is the one
+wanted belong here: a prepared statement may switch to a generic plan after five executions, and
+the statements that pick runs by id are fenced against the partial indexes on `status` whatever
+plan is made (apps/jobs/transitions.py `_sql_in(fenced=True)`); tests/core/test_prepared.py reads
+the generic plans.
+
+CHIME_DB_PREPARED_STATEMENTS=false turns it off, for a connection pooler in transaction mode that
+cannot carry prepared statements (PgBouncer before 1.21, or without max_prepared_statements).
+"""
+
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import connection
+
+
+def _preparing_cursor_class():
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class PreparingCursor(ServerBindingCursor):
+        """Server-side binding, and every statement prepared (psycopg keeps the names per
+        connection, up to its `prepared_max`; Django leaves the connection's prepare_threshold at
+        None, so nothing else is prepared)."""
+
+        def execute(self, query, params=None, *, prepare=None, binary=None):
+            return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
+
+    return PreparingCursor
+
+
+_cursor_class = None
+
+
+def prepared_cursor():
+    """A cursor whose statements are prepared on PostgreSQL; a plain cursor elsewhere or when
+    CHIME_DB_PREPARED_STATEMENTS is off. Use as `with prepared_cursor() as cursor:`."""
+    if connection.vendor != "postgresql" or not settings.CHIME_DB_PREPARED_STATEMENTS:
+        return connection.cursor()
+    return _wrapped()
+
+
+def _as_django_does(raw) -> None:
+    """What Django's create_cursor does to a new cursor: its timezone, if the connection's differs."""
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
+
+    tzloader = connection.connection.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+    if connection.timezone != tzloader.timezone:
+        register_tzloader(connection.timezone, raw)
+
+
+@contextmanager
+def _wrapped():
+    global _cursor_class
+    if _cursor_class is None:
+        _cursor_class = _preparing_cursor_class()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        raw = _cursor_class(connection.connection)
+        _as_django_does(raw)
+        cursor = connection._prepare_cursor(raw)  # Django's wrapper: its error mapping, its query log
+    with cursor:
+        yield cursor
