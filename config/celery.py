@@ -104,6 +104,22 @@ def _keep_the_pool_between_tasks() -> None:
 _keep_the_pool_between_tasks()
 
 
+@signals.worker_init.connect
+def _settle_the_heap_before_forking(**kwargs):
+    """Everything the main process loaded out of the collector's reach before the children fork
+    (apps/core/heap.py): they inherit it frozen."""
+    from apps.core.heap import settle
+
+    settle()
+
+
+@signals.worker_process_init.connect
+def _settle_the_childs_heap(**kwargs):
+    from apps.core.heap import settle
+
+    settle(collect=False)
+
+
 @signals.worker_process_init.connect
 def _forget_inherited_db_pool(**kwargs):
     """A prefork child must not use connections its parent opened: they are the same sockets.

@@ -95,6 +95,10 @@ PROCESS_TYPE = process_type()
 # requests concurrently (one thread each under ASGI); a worker child needs one for its task and
 # one for its lease-renewing thread; a scheduler runs one loop.
 DB_POOL_DEFAULT_MAX = {"web": 10, "worker": 4, "ops": 3, "scheduler": 3, "release": 2, "manage": 4, "test": 10}
+# The young generation's threshold of the cyclic garbage collector in the worker and the
+# scheduler, in allocations (Python's default 700), after everything loaded at start is frozen
+# (apps/core/heap.py). 0 leaves Python's threshold.
+CHIME_GC_THRESHOLD = env.int("CHIME_GC_THRESHOLD", default=20_000)
 # The hot path's fixed statements are prepared once per connection (apps/core/prepared.py). Off
 # for a connection pooler in transaction mode that cannot carry prepared statements.
 CHIME_DB_PREPARED_STATEMENTS = env.bool("CHIME_DB_PREPARED_STATEMENTS", default=True)

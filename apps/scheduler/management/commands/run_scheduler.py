@@ -10,6 +10,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.core.health import beat, forget_heartbeat
+from apps.core.heap import settle
 from apps.core.logs import bind
 from apps.delivery.services import recover_expired_leases
 from apps.metrics.exposition import start_exporter
@@ -53,6 +54,7 @@ class Command(BaseCommand):
         bind(worker=leases.owner)  # every line of this process names the scheduler (LOG_FORMAT=json)
         label = f"shard {shard}/{shards}" if pinned else "unpinned"
         logger.info("scheduler started (%s) as %s, holding %d partitions", label, leases.owner, len(leases.held))
+        settle()  # what it loaded, out of the garbage collector's way (apps/core/heap.py)
 
         self.last_refresh = self.last_sweep = time.monotonic()
         self.lag_ms = 0
