@@ -321,6 +321,7 @@ class Window:
             flight.response = future.result()
         except BaseException:  # cancelled by a shutdown past its grace (or a transport bug)
             flight.response = failed_response(flight.request, "interrupted: the worker shut down", ERROR_INTERRUPTED)
+        flight.future = None  # its done-callback holds the flight: a cycle per run for the collector
         (flight.row.ticket.ended if flight.row.ticket is not None else self._ended).put(flight)
 
     # -- recording ---------------------------------------------------------------------------
@@ -397,8 +398,9 @@ class Window:
         with self._cond:
             flights = list(self._flights.values())
         for flight in flights:
-            if flight.future is not None and not flight.future.done():
-                flight.future.cancel()
+            future = flight.future  # read once: landing sets it to None on the transport's thread
+            if future is not None and not future.done():
+                future.cancel()
 
     def _fill_from_parked(self, ticket: Ticket | None) -> None:
         """Claim parked runs (of this ticket, or the tasks' ones) whose tenant and host have room.

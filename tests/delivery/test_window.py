@@ -260,3 +260,24 @@ def test_a_worker_keeps_its_connections_from_one_message_to_the_next(tenant, rec
     assert opened <= 4, f"{opened} new connections for 11 messages (the pool holds at most 4)"
     log = worker.log()
     assert "is closed" not in log and "database unavailable" not in log, log[-3000:]
+
+
+def test_delivered_runs_are_freed_without_the_garbage_collector(tenant, receiver):
+    """A landed flight (its run, job, request and response) is freed by reference counting: its
+    future's done-callback used to hold it in a cycle that only the collector could free, ~34
+    objects a run, and the collector's full walks were a third of a worker child's CPU at a spike
+    (apps/core/heap.py, docs/benchmarks.md)."""
+    import gc
+
+    from apps.delivery.window_rows import Flight
+
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 20)
+    gc.collect()
+    gc.disable()
+    try:
+        report = deliver_runs(ids(runs))
+        assert report.outcomes == {"succeeded": 20}
+        left = [o for o in gc.get_objects() if type(o) is Flight]  # type(): dead weak proxies are about
+    finally:
+        gc.enable()
+    assert left == [], f"{len(left)} flights still alive: held in reference cycles"
