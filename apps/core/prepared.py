@@ -2,19 +2,19 @@
 
 Django's psycopg backend binds parameters on the client (psycopg's ClientCursor), so PostgreSQL
 parses and plans every statement each time it is sent. For the worker's per-batch statements
-(the claim, the recording of successes, the peek, the job locks, the signing secrets) the plan is
-always the same, primary-key probes by `id = ANY(...)`, and planning it cost a sixth of the
-worker's database CPU: pg_stat_statements with track_planning, `bench.delivery_stages --worker`,
-0.5 ms of planning per claim of ~25 runs against 1.1 ms of execution (docs/benchmarks.md,
-"Issue #12, eighth session").
+(the claim, the recording of successes, the peek, the job locks, the signing secrets) and the
+scheduler's release flip the plan is always the same, primary-key probes by `id = ANY(...)`, and
+planning it cost a sixth of the worker's database CPU: pg_stat_statements with track_planning,
+`bench.delivery_stages --worker`, 0.5 ms of planning per claim of ~25 runs against 1.1 ms of
+execution (docs/benchmarks.md, "Issue #12, eighth session").
 
 `prepared_cursor()` is Django's cursor (its error wrapping, its query log in tests) over a
 server-side-binding psycopg cursor that prepares each statement on its connection the first time
 it runs it and then only binds and executes it. Only statements whose every plan is the one
 wanted belong here: a prepared statement may switch to a generic plan after five executions, and
 the statements that pick runs by id are fenced against the partial indexes on `status` whatever
-plan is made (apps/jobs/transitions.py `_sql_in(fenced=True)`); tests/core/test_prepared.py reads
-the generic plans.
+plan is made (apps/jobs/transitions.py `_sql_in(fenced=True)`); tests/jobs/test_fenced_plans.py
+reads the generic plans.
 
 CHIME_DB_PREPARED_STATEMENTS=false turns it off, for a connection pooler in transaction mode that
 cannot carry prepared statements (PgBouncer before 1.21, or without max_prepared_statements).
@@ -31,8 +31,8 @@ def _preparing_cursor_class():
 
     class PreparingCursor(ServerBindingCursor):
         """Server-side binding, and every statement prepared (psycopg keeps the names per
-        connection, up to its `prepared_max`; Django leaves the connection's prepare_threshold at
-        None, so nothing else is prepared)."""
+        connection, up to its `prepared_max`). The settings' prepare_threshold is one no
+        statement reaches, so nothing else is prepared (config/settings/base.py)."""
 
         def execute(self, query, params=None, *, prepare=None, binary=None):
             return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
