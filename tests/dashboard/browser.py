@@ -70,8 +70,15 @@ def free_port() -> int:
 
 def start_web(port: int, **env: str) -> Process:
     env = process_env(**{**FAST, **env})
+    # As the Procfile's web process: collect only when STATIC_ROOT is stale. A plain collectstatic
+    # re-saved the checkout's hashed files under the other shard's test clients, whose whitenoise
+    # scans STATIC_ROOT when it starts (FileNotFoundError for a file being rewritten, in CI).
     subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
+        [sys.executable, "manage.py", "collectstatic_if_stale"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
     process = Process("web", args, env)
