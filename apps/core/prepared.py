@@ -21,11 +21,13 @@ cannot carry prepared statements (PgBouncer before 1.21, or without max_prepared
 """
 
 from contextlib import contextmanager
+from functools import cache
 
 from django.conf import settings
 from django.db import connection
 
 
+@cache
 def _preparing_cursor_class():
     from django.db.backends.postgresql.base import ServerBindingCursor
 
@@ -38,9 +40,6 @@ def _preparing_cursor_class():
             return super().execute(query, params, prepare=True if prepare is None else prepare, binary=binary)
 
     return PreparingCursor
-
-
-_cursor_class = None
 
 
 def prepared_cursor():
@@ -64,13 +63,10 @@ def _as_django_does(raw) -> None:
 
 @contextmanager
 def _wrapped():
-    global _cursor_class
-    if _cursor_class is None:
-        _cursor_class = _preparing_cursor_class()
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
-        raw = _cursor_class(connection.connection)
+        raw = _preparing_cursor_class()(connection.connection)
         _as_django_does(raw)
         cursor = connection._prepare_cursor(raw)  # Django's wrapper: its error mapping, its query log
     with cursor:

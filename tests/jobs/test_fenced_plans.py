@@ -10,6 +10,7 @@ session"). The guard is therefore written so that no index predicate matches it
 (apps/jobs/transitions.py `status_fenced`, `_sql_in(fenced=True)`); these tests build the stale
 state and read the plans of the statements the worker runs by id."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -17,14 +18,17 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from apps.core.prepared import prepared_cursor
 from apps.delivery.outcomes import _lock_mine
 from apps.delivery.preparing import still_mine
+from apps.delivery.recording import LOCK_JOBS_SQL
 from apps.delivery.window_rows import PEEK_SQL
 from apps.jobs.models import JobRun, RunStatus
-from apps.jobs.transitions import SUCCEED_MINE_SQL, Event, move, picked
+from apps.jobs.transitions import CLAIM_FREE_SQL, RELEASE_FENCED_SQL, SUCCEED_MINE_SQL, Event, move, picked
+from apps.tenants.selectors import SECRETS_BY_TENANT_SQL
 from apps.tenants.services import tenant_create
 from tests.factories import JobFactory
-from tests.support.plans import _walk, indexes_read, indexes_read_by
+from tests.support.plans import indexes_in_plan, indexes_read, indexes_read_by
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,10 +135,6 @@ def _generic_plan(sql: str, params, marker: str) -> tuple[bool, set[str]]:
     """Run `sql` through apps/core/prepared.py's cursor, then read the generic plan PostgreSQL
     may switch the prepared statement to after five executions. Returns (was it prepared, the
     indexes that plan reads). Rolled back."""
-    import re
-
-    from apps.core.prepared import prepared_cursor
-
     with transaction.atomic():
         with prepared_cursor() as cursor:
             cursor.execute(sql, params)
@@ -152,7 +152,7 @@ def _generic_plan(sql: str, params, marker: str) -> tuple[bool, set[str]]:
             cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             placeholders = ", ".join(["%s"] * len(params))
             cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {found[0]}({placeholders})", params)
-            read = _walk(cursor.fetchone()[0])
+            read = indexes_in_plan(cursor.fetchone()[0])
         transaction.set_rollback(True)
     return True, read
 
@@ -161,12 +161,6 @@ def test_the_prepared_statements_generic_plans_still_read_the_primary_key(stale,
     """apps/core/prepared.py prepares the hot path's statements by id; after five executions
     PostgreSQL may plan them once for any parameters (a generic plan). That plan must keep to the
     primary key as the custom plans above do."""
-    from datetime import timedelta as td
-
-    from apps.delivery.recording import LOCK_JOBS_SQL
-    from apps.jobs.transitions import CLAIM_FREE_SQL, RELEASE_FENCED_SQL
-    from apps.tenants.selectors import SECRETS_BY_TENANT_SQL
-
     settings.CHIME_DB_PREPARED_STATEMENTS = True
     running, queued = stale
     now = timezone.now()
@@ -174,7 +168,11 @@ def test_the_prepared_statements_generic_plans_still_read_the_primary_key(stale,
     tenants = [str(t) for t in JobRun.objects.filter(id__in=running).values_list("tenant_id", flat=True)]
     by_id = {
         "succeed": (SUCCEED_MINE_SQL, [now, running, "me"], "SET status = 'succeeded', finished_at"),
-        "claim": (CLAIM_FREE_SQL, {"ids": queued, "now": now, "owner": "me", "lease": td(seconds=30)}, "claimed AS"),
+        "claim": (
+            CLAIM_FREE_SQL,
+            {"ids": queued, "now": now, "owner": "me", "lease": timedelta(seconds=30)},
+            "claimed AS",
+        ),
         "peek": (PEEK_SQL, [queued], "d.concurrency_policy"),
         "release": (
             RELEASE_FENCED_SQL,

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.jobs.models import JobRun, RunStatus
 from apps.scheduler.leases import LeaseKeeper, ensure_lease_rows
@@ -164,11 +166,6 @@ def test_one_release_reads_the_releasable_tenants_once_and_skips_empty_tiers(ten
     """The tenants with releasable runs are read in one skip scan for every tier (it used to be
     one scan per tier, the whole scan again for each tier a spike leaves empty), and a tier with
     nothing releasable sends no candidates query."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    if connection.vendor != "postgresql":
-        pytest.skip("the skip scan is PostgreSQL's path")
     urgent = due_runs(JobFactory(tenant=tenant, priority="high"), 3)
     normal = due_runs(JobFactory(tenant=other_tenant), 4)
     with CaptureQueriesContext(connection) as queries:

@@ -5,7 +5,8 @@ import json
 from django.db import connection, transaction
 
 
-def _walk(plan) -> set[str]:
+def indexes_in_plan(plan) -> set[str]:
+    """The index names in an EXPLAIN (FORMAT JSON) result."""
     plan = json.loads(plan) if isinstance(plan, str) else plan
     found, stack = set(), [plan[0]["Plan"]]
     while stack:
@@ -20,7 +21,7 @@ def indexes_read(sql: str, params) -> set[str]:
     """The index names in the plan of `sql` with `params`."""
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-        return _walk(cursor.fetchone()[0])
+        return indexes_in_plan(cursor.fetchone()[0])
 
 
 def indexes_read_by(queryset) -> set[str]:
