@@ -26,9 +26,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo
 
 from .cron import FIELD_NAMES, CronFields, CronSyntaxError, parse_fields
+from .zones import GAP, NORMAL, OVERLAP, classify, load_zone, transition_in, zone_database_available
 
 __all__ = [
     "MAX_PREVIEW_COUNT",
@@ -50,9 +51,6 @@ _DAY = timedelta(days=1)
 
 GAP_CHOICES = ("shift", "skip")
 OVERLAP_CHOICES = ("first", "both")
-
-# Kinds of local wall time (see _classify).
-_NORMAL, _GAP, _OVERLAP = 0, 1, 2
 
 
 class ScheduleError(ValueError):
@@ -125,45 +123,10 @@ class FireTime:
 
 # --------------------------------------------------------------------------- time zones
 
-# IANA keys: letters, digits, '_', '+', '-' in '/'-separated segments ("Etc/GMT+5",
-# "America/Port-au-Prince"). Rejects "", "../etc", "/etc/localtime", "Europe//Berlin", ...
-_TZ_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(?:/[A-Za-z0-9_+\-]+)*")
-# Files in the tz database directory that are not zone names a tenant should pick.
-_NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
-
-
-@functools.lru_cache(maxsize=1)
-def _available_zones() -> frozenset[str]:
-    return frozenset(available_timezones())
-
-
-@functools.lru_cache(maxsize=1024)
-def _load_zone(name: str) -> ZoneInfo | None:
-    if len(name) > 64 or name in _NOT_ZONES or not _TZ_KEY_RE.fullmatch(name):
-        return None
-    zones = _available_zones()
-    if zones and name not in zones:
-        return None
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return None
-
-
-def zone_database_available() -> bool:
-    """Whether this process has a usable tz database at all. Without one (a slim image, a broken
-    mount) every zone is "unknown": that is this host's problem, not the jobs' (the scheduler must
-    not quarantine them for it). Not cached: asked only on the rare path."""
-    try:
-        ZoneInfo.no_cache("Europe/London")
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return False
-    return True
-
 
 def parse_timezone(name: str) -> ZoneInfo:
     """The ZoneInfo for an IANA name, or ScheduleError("timezone", ...)."""
-    zone = _load_zone(name) if isinstance(name, str) else None
+    zone = load_zone(name) if isinstance(name, str) else None
     if zone is None:
         shown = name if isinstance(name, str) else repr(name)
         if len(shown) > 64:
@@ -298,50 +261,6 @@ def validate_expression(expression: str) -> str:
     if not isinstance(expression, str):
         raise ScheduleError("expression", "The cron expression must be a string.")
     return _compile(expression).expression
-
-
-# --------------------------------------------------------------------------- wall clock -> UTC
-
-
-def _wall_of(utc_naive: datetime, tz: ZoneInfo) -> datetime:
-    return utc_naive.replace(tzinfo=UTC).astimezone(tz).replace(tzinfo=None, fold=0)
-
-
-def _classify(wall: datetime, tz: ZoneInfo) -> tuple[int, datetime, datetime | None]:
-    """Map a naive local wall time to naive-UTC instant(s).
-
-    Returns (_NORMAL, utc, None), (_OVERLAP, earlier_utc, later_utc) or (_GAP, lo, hi) where
-    the zone's transition lies in (lo, hi]. Uses only zoneinfo, so gap/overlap lengths
-    (30 minutes on Lord Howe, an hour elsewhere) are never assumed.
-    """
-    offset0 = wall.replace(tzinfo=tz).utcoffset()
-    offset1 = wall.replace(tzinfo=tz, fold=1).utcoffset()
-    utc0 = wall - offset0
-    if offset0 == offset1:
-        return _NORMAL, utc0, None
-    utc1 = wall - offset1
-    exists0 = _wall_of(utc0, tz) == wall
-    exists1 = _wall_of(utc1, tz) == wall
-    first, second = (utc0, utc1) if utc0 <= utc1 else (utc1, utc0)
-    if exists0 and exists1:
-        return _OVERLAP, first, second
-    if exists0 or exists1:  # not produced by zoneinfo; treat the real one as normal
-        return _NORMAL, (utc0 if exists0 else utc1), None
-    return _GAP, first, second
-
-
-def _transition_in(lo: datetime, hi: datetime, tz: ZoneInfo) -> datetime:
-    """First naive-UTC instant (whole seconds) in (lo, hi] whose UTC offset differs from lo's."""
-    before = lo.replace(tzinfo=UTC).astimezone(tz).utcoffset()
-    low, high = 0, int((hi - lo).total_seconds())
-    while high - low > 1:
-        middle = (low + high) // 2
-        probe = lo + timedelta(seconds=middle)
-        if probe.replace(tzinfo=UTC).astimezone(tz).utcoffset() == before:
-            low = middle
-        else:
-            high = middle
-    return lo + timedelta(seconds=high)
 
 
 # --------------------------------------------------------------------------- schedules
@@ -496,18 +415,18 @@ class CronSchedule:
             wall = next_wall()
             if wall is None:
                 return
-            kind, first, second = _classify(wall, tz)
+            kind, first, second = classify(wall, tz)
 
-            if kind == _NORMAL:
+            if kind == NORMAL:
                 if first > last:
                     last = first
                     yield FireTime(first.replace(tzinfo=UTC), wall.replace(tzinfo=tz), None)
                 continue
 
-            if kind == _GAP:
+            if kind == GAP:
                 if not shift_gaps:
                     continue  # real time skipped it (frequent) or policy says skip
-                instant = _transition_in(first, second, tz)
+                instant = transition_in(first, second, tz)
                 flag = "gap"
                 # Other gap wall times and a real wall time at the gap's end all land on
                 # the same instant: emit it once, unflagged if the job really names it.
@@ -515,10 +434,10 @@ class CronSchedule:
                     following = next_wall()
                     if following is None:
                         break
-                    f_kind, f_first, f_second = _classify(following, tz)
-                    if f_kind == _GAP and _transition_in(f_first, f_second, tz) == instant:
+                    f_kind, f_first, f_second = classify(following, tz)
+                    if f_kind == GAP and transition_in(f_first, f_second, tz) == instant:
                         continue
-                    if f_kind == _NORMAL and f_first == instant:
+                    if f_kind == NORMAL and f_first == instant:
                         flag = None
                         continue
                     pushed.append(following)
@@ -536,8 +455,8 @@ class CronSchedule:
                 following = next_wall()
                 if following is None:
                     break
-                f_kind, f_first, f_second = _classify(following, tz)
-                if f_kind == _OVERLAP and f_first < group[0][2]:
+                f_kind, f_first, f_second = classify(following, tz)
+                if f_kind == OVERLAP and f_first < group[0][2]:
                     group.append((following, f_first, f_second))
                     continue
                 pushed.append(following)

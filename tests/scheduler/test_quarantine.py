@@ -267,11 +267,11 @@ def no_zone_database():
     """This process loses its tz database (as on a host without tzdata), then gets it back."""
     import zoneinfo
 
-    from apps.jobs import schedules
+    from apps.jobs import schedules, zones
 
     def clear():
         zoneinfo.ZoneInfo.clear_cache()
-        for cached in (schedules._available_zones, schedules._load_zone, schedules._parse_cached):
+        for cached in (zones._available_zones, zones.load_zone, schedules._parse_cached):
             cached.cache_clear()
         schedules._next_after_cached.cache_clear()
 
