@@ -6,7 +6,7 @@ the order every other writer of jobs and runs takes them, around it."""
 from django.db import connection
 from django.utils import timezone
 
-from apps.core.prepared import prepared_cursor
+from apps.core.prepared import id_array, prepared_cursor
 
 from .outcomes import classify, record_outcomes
 
@@ -42,5 +42,5 @@ def lock_jobs(deliveries: list[tuple]) -> set | None:
     jobs = sorted({str(run.definition_id) for run, _, _ in deliveries})
     touched = sorted({str(run.definition_id) for run, _, response in deliveries if not classify(response).succeeded})
     with prepared_cursor() as cursor:
-        cursor.execute(LOCK_JOBS_SQL, {"jobs": jobs, "touched": touched})
+        cursor.execute(LOCK_JOBS_SQL, {"jobs": id_array(jobs), "touched": id_array(touched)})
         return {job_id for job_id, failures in cursor.fetchall() if failures}

@@ -23,7 +23,7 @@ from django.db import connection
 from django.db.models import CharField, F, Func, Q, QuerySet
 from django.db.models.lookups import In
 
-from apps.core.prepared import prepared_cursor
+from apps.core.prepared import id_array, prepared_cursor
 from apps.core.rows import RowLoader
 
 from .models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
@@ -239,7 +239,7 @@ RELEASE_FENCED_SQL = f"""
 UPDATE jobs_jobrun AS r
    SET status = '{TRANSITIONS[Event.RELEASE].target}', queued_at = %(now)s
   FROM (SELECT id FROM jobs_jobrun
-         WHERE id = ANY(%(ids)s) AND {_sql_in(Event.RELEASE, fenced=True)}
+         WHERE id = ANY(%(ids)s::uuid[]) AND {_sql_in(Event.RELEASE, fenced=True)}
          FOR UPDATE SKIP LOCKED) AS due
  WHERE r.id = due.id
    AND EXISTS (
@@ -255,7 +255,7 @@ def release_fenced(run_ids: list, *, now: datetime, partitions: list[int], epoch
     """PostgreSQL: `release` for the runs still releasable whose partition lease (`owner`, at
     `epochs[i]` for `partitions[i]`) still holds; returns (id, priority, tenant_id) of each run
     moved."""
-    params = {"now": now, "ids": run_ids, "partitions": partitions, "epochs": epochs, "owner": owner}
+    params = {"now": now, "ids": id_array(run_ids), "partitions": partitions, "epochs": epochs, "owner": owner}
     with prepared_cursor() as cursor:
         cursor.execute(RELEASE_FENCED_SQL, params)
         return cursor.fetchall()
@@ -277,7 +277,7 @@ def succeed_mine(run_ids: list, *, now: datetime, owner: str) -> set:
     if not run_ids:
         return set()
     with prepared_cursor() as cursor:
-        cursor.execute(SUCCEED_MINE_SQL, [now, run_ids, owner])
+        cursor.execute(SUCCEED_MINE_SQL, [now, id_array(run_ids), owner])
         rows = cursor.fetchall()
     runs_ended(OUTCOMES[Event.SUCCEED], [(priority, tenant_id) for _, priority, tenant_id in rows])
     return {row[0] for row in rows}
@@ -311,7 +311,7 @@ def claim_free(run_ids: list, *, now: datetime, owner: str, lease: timedelta) ->
     if not run_ids:
         return []
     with prepared_cursor() as cursor:
-        cursor.execute(CLAIM_FREE_SQL, {"ids": list(run_ids), "now": now, "owner": owner, "lease": lease})
+        cursor.execute(CLAIM_FREE_SQL, {"ids": id_array(run_ids), "now": now, "owner": owner, "lease": lease})
         rows = cursor.fetchall()
     split = len(_RUNS)
     runs = []

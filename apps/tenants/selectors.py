@@ -7,7 +7,7 @@ from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from apps.core.prepared import prepared_cursor
+from apps.core.prepared import id_array, prepared_cursor
 
 from .models import ApiKey, SigningSecret, Tenant, TenantLimits
 from .services import hash_api_key
@@ -97,7 +97,7 @@ def signing_secrets_by_tenant(tenant_ids) -> dict:
     ids = sorted({str(tenant_id) for tenant_id in tenant_ids})
     if connection.vendor == "postgresql":
         with prepared_cursor() as cursor:
-            cursor.execute(SECRETS_BY_TENANT_SQL, [ids, now])
+            cursor.execute(SECRETS_BY_TENANT_SQL, [id_array(ids), now])
             rows = cursor.fetchall()
     else:
         rows = (

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from apps.core.prepared import prepared_cursor
+from apps.core.prepared import id_array, prepared_cursor
 from apps.delivery.outcomes import _lock_mine
 from apps.delivery.preparing import still_mine
 from apps.delivery.recording import LOCK_JOBS_SQL
@@ -87,7 +87,7 @@ def plans_of(call) -> list[tuple[str, set[str]]]:
 
 def test_the_recording_of_successes_reads_the_primary_key(stale):
     running, _ = stale
-    params = [timezone.now(), running, "me"]
+    params = [timezone.now(), id_array(running), "me"]
     assert indexes_read(SUCCEED_MINE_SQL, params) == {"jobs_jobrun_pkey"}
 
     # The trap is real in this state: the guard as jobrun_running_idx states it reads that index.
@@ -104,7 +104,7 @@ def test_picked_queries_read_the_primary_key(stale):
         assert "jobs_jobrun_pkey" in read
         assert not read & STATUS_INDEXES
 
-    read = indexes_read(PEEK_SQL, [queued])  # the window's first read, as PostgreSQL gets it
+    read = indexes_read(PEEK_SQL, [id_array(queued)])  # the window's first read, as PostgreSQL gets it
     assert {"jobs_jobrun_pkey", "jobs_jobdefinition_pkey"} <= read
     assert not read & STATUS_INDEXES
 
@@ -167,16 +167,16 @@ def test_the_prepared_statements_generic_plans_still_read_the_primary_key(stale,
     jobs = [str(j) for j in JobRun.objects.filter(id__in=running).values_list("definition_id", flat=True)]
     tenants = [str(t) for t in JobRun.objects.filter(id__in=running).values_list("tenant_id", flat=True)]
     by_id = {
-        "succeed": (SUCCEED_MINE_SQL, [now, running, "me"], "SET status = 'succeeded', finished_at"),
+        "succeed": (SUCCEED_MINE_SQL, [now, id_array(running), "me"], "SET status = 'succeeded', finished_at"),
         "claim": (
             CLAIM_FREE_SQL,
-            {"ids": queued, "now": now, "owner": "me", "lease": timedelta(seconds=30)},
+            {"ids": id_array(queued), "now": now, "owner": "me", "lease": timedelta(seconds=30)},
             "claimed AS",
         ),
-        "peek": (PEEK_SQL, [queued], "d.concurrency_policy"),
+        "peek": (PEEK_SQL, [id_array(queued)], "d.concurrency_policy"),
         "release": (
             RELEASE_FENCED_SQL,
-            {"now": now, "ids": queued, "partitions": [0], "epochs": [1], "owner": "me"},
+            {"now": now, "ids": id_array(queued), "partitions": [0], "epochs": [1], "owner": "me"},
             "scheduler_schedulerlease",
         ),
     }
@@ -186,16 +186,17 @@ def test_the_prepared_statements_generic_plans_still_read_the_primary_key(stale,
         assert "jobs_jobrun_pkey" in read, (what, read)
         assert not read & STATUS_INDEXES, (what, read)
     # Prepared too (their tables are small here: a plan of them would say nothing of 10M jobs).
-    assert _generic_plan(LOCK_JOBS_SQL, {"jobs": jobs, "touched": []}, "consecutive_failures > 0")[0]
-    assert _generic_plan(SECRETS_BY_TENANT_SQL, [tenants, now], "tenants_signingsecret")[0]
+    lock_params = {"jobs": id_array(jobs), "touched": id_array([])}
+    assert _generic_plan(LOCK_JOBS_SQL, lock_params, "consecutive_failures > 0")[0]
+    assert _generic_plan(SECRETS_BY_TENANT_SQL, [id_array(tenants), now], "tenants_signingsecret")[0]
 
 
 def test_prepared_statements_can_be_turned_off_for_a_pooler_that_cannot_carry_them(stale, settings):
     settings.CHIME_DB_PREPARED_STATEMENTS = False
     running, _ = stale
     sql = SUCCEED_MINE_SQL + "\n-- with prepared statements off"  # a text no earlier test prepared
-    prepared, _ = _generic_plan(sql, [timezone.now(), running, "off"], "-- with prepared statements off")
+    prepared, _ = _generic_plan(sql, [timezone.now(), id_array(running), "off"], "-- with prepared statements off")
     assert not prepared
     settings.CHIME_DB_PREPARED_STATEMENTS = True
-    prepared, _ = _generic_plan(sql, [timezone.now(), running, "on"], "-- with prepared statements off")
+    prepared, _ = _generic_plan(sql, [timezone.now(), id_array(running), "on"], "-- with prepared statements off")
     assert prepared, "the same statement with them on"

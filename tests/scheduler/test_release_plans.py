@@ -16,6 +16,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from apps.core.prepared import id_array
 from apps.jobs.models import JobRun, RunStatus
 from apps.scheduler import fairness
 from apps.scheduler.services import ANYTHING_DUE_SQL
@@ -73,7 +74,7 @@ def test_the_release_flip_finds_its_runs_by_primary_key_however_stale_the_statis
 
     now, _ = stale_statistics
     ids = list(JobRun.objects.filter(status=RunStatus.SCHEDULED).values_list("id", flat=True)[:200])
-    params = {"now": now, "ids": ids, "partitions": list(range(64)), "epochs": [1] * 64, "owner": "me"}
+    params = {"now": now, "ids": id_array(ids), "partitions": list(range(64)), "epochs": [1] * 64, "owner": "me"}
     assert "jobrun_tenant_releasable_idx" not in indexes_read(RELEASE_FENCED_SQL, params)
     assert "jobs_jobrun_pkey" in indexes_read(RELEASE_FENCED_SQL, params)
 
@@ -90,7 +91,7 @@ def test_the_one_statement_claim_finds_its_runs_and_jobs_by_primary_key(stale_st
 
     JobRun.objects.filter(status=RunStatus.SCHEDULED).update(status=RunStatus.QUEUED)  # unanalyzed
     ids = list(JobRun.objects.filter(status=RunStatus.QUEUED).values_list("id", flat=True)[:200])
-    params = {"ids": ids, "now": timezone.now(), "owner": "me", "lease": timedelta(seconds=30)}
+    params = {"ids": id_array(ids), "now": timezone.now(), "owner": "me", "lease": timedelta(seconds=30)}
     read = indexes_read(CLAIM_FREE_SQL, params)
     assert {"jobs_jobrun_pkey", "jobs_jobdefinition_pkey"} <= read
     assert not {"jobrun_queued_idx", "jobrun_running_idx", "jobrun_tenant_releasable_idx"} & read
