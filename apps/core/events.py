@@ -41,6 +41,10 @@ TIMEOUT_SECONDS = 1.0
 # ~1 s per publish and per rate-limit check.
 DOWN_SECONDS = 5.0
 _down_until = 0.0
+# The publisher thread publishes at most once per this long: what the recorder's steps hand it
+# meanwhile goes out as one pipeline, a tenant's runs in one message and a run claimed and then
+# recorded named once. The first change after a quiet spell goes out at once.
+COALESCE_SECONDS = 0.1
 
 _client = None
 _client_pid = None
@@ -129,9 +133,13 @@ def batched(*, background: bool = False):
 
 
 class _Publisher:
-    """One thread per process publishing what `batched(background=True)` hands it, in order; what
-    piled up while it published goes out together (merged per tenant again). A daemon thread:
-    events still queued when the process exits are lost, as any event may be (best effort)."""
+    """One thread per process publishing what `batched(background=True)` hands it, in order, at
+    most once per COALESCE_SECONDS; what piled up meanwhile goes out together (merged per tenant
+    again). At a spike the recorder steps ~50 times a second per process, each step's runs spread
+    over many tenants: published per step, a message went out for nearly every run twice (claimed,
+    then succeeded ms later), ~5 % of a worker process's CPU (py-spy --gil, issue #12). A dashboard
+    a tenth of a second later is still live. A daemon thread: events still queued when the process
+    exits are lost, as any event may be (best effort)."""
 
     def __init__(self):
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -141,14 +149,18 @@ class _Publisher:
         self.queue.put(changes)
 
     def _run(self) -> None:
+        last = float("-inf")
         while True:
             changes = self.queue.get()
+            if (wait := last + COALESCE_SECONDS - time.monotonic()) > 0:
+                time.sleep(wait)
             while True:
                 try:
                     changes.extend(self.queue.get_nowait())
                 except queue.Empty:
                     break
             _publish(changes)
+            last = time.monotonic()
 
 
 _publisher_instance: _Publisher | None = None

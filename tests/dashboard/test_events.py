@@ -136,3 +136,25 @@ def test_a_background_batch_is_published_by_the_publisher_thread(redis_up, monke
     assert messages(pubsub) == [(events.channel_for("tenant-d"), {"runs": [["run-1", None], ["run-2", "failed"]]})]
     # Other tests' windows may still publish in this process: only this test's changes are counted.
     assert publishing_threads == ["chime-events", "chime-events"]
+
+
+def test_the_publisher_thread_publishes_at_most_once_per_window_and_loses_no_run(redis_up):
+    pubsub = subscriber("tenant-e")
+    messages(pubsub, timeout=2 * events.COALESCE_SECONDS)  # an earlier test's window has passed
+    started = time.monotonic()
+    for n in range(20):  # as the recorder hands them over at a spike: a step every 10 ms
+        with events.batched(background=True):
+            events.runs_changed([("tenant-e", f"run-{n}", "running")])
+            if n:
+                events.runs_changed([("tenant-e", f"run-{n - 1}", "succeeded")])
+        time.sleep(0.01)
+    with events.batched(background=True):
+        events.runs_changed([("tenant-e", "run-19", "succeeded")])
+    elapsed = time.monotonic() - started
+    got = messages(pubsub, timeout=1.0)
+    last_status = {}
+    for _, message in got:
+        last_status.update(dict(message["runs"]))
+    assert last_status == {f"run-{n}": "succeeded" for n in range(20)}
+    # Published one step at a time this was 21 messages in ~0.2 s.
+    assert len(got) <= elapsed / events.COALESCE_SECONDS + 2, (len(got), elapsed)
