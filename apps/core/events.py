@@ -44,7 +44,7 @@ _down_until = 0.0
 # The publisher thread publishes at most once per this long: what the recorder's steps hand it
 # meanwhile goes out as one pipeline, a tenant's runs in one message and a run claimed and then
 # recorded named once. The first change after a quiet spell goes out at once.
-COALESCE_SECONDS = 0.1
+COALESCE_SECONDS = 0.25
 
 _client = None
 _client_pid = None
@@ -138,7 +138,7 @@ class _Publisher:
     again). At a spike the recorder steps ~50 times a second per process, each step's runs spread
     over many tenants: published per step, a message went out for nearly every run twice (claimed,
     then succeeded ms later), ~5 % of a worker process's CPU (py-spy --gil, issue #12). A dashboard
-    a tenth of a second later is still live. A daemon thread: events still queued when the process
+    a quarter of a second later is still live. A daemon thread: events still queued when the process
     exits are lost, as any event may be (best effort)."""
 
     def __init__(self):
