@@ -281,3 +281,27 @@ def test_delivered_runs_are_freed_without_the_garbage_collector(tenant, receiver
     finally:
         gc.enable()
     assert left == [], f"{len(left)} flights still alive: held in reference cycles"
+
+
+def test_the_claims_live_events_leave_through_the_publisher_thread(tenant, receiver, monkeypatch):
+    """The admitting thread (a Celery task's) does not wait on Redis for its claims' events: they
+    go out through the process's publisher thread, like the recorder's."""
+    from collections import defaultdict
+
+    from apps.core import events
+
+    monkeypatch.setattr(events, "_down_until", 0.0)  # an earlier test may have left Redis alone
+    published_by = defaultdict(set)  # thread name -> this tenant's run ids it published
+    publish = events._publish
+
+    def watched(changes):
+        changes = list(changes)
+        name = threading.current_thread().name
+        published_by[name].update(str(c[1]) for c in changes if str(c[0]) == str(tenant.id))
+        publish(changes)
+
+    monkeypatch.setattr(events, "_publish", watched)
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 5)
+    assert deliver_runs(ids(runs)).outcomes == {"succeeded": 5}
+    wait_until(lambda: set(ids(runs)) <= published_by["chime-events"], timeout=5, message="events published")
+    assert {name for name, runs in published_by.items() if runs} == {"chime-events"}
