@@ -37,6 +37,9 @@ BATCH_SECONDS = 0.1  # coalesce a burst of events into one push
 # told to reload its table once instead, at most every REFRESH_SECONDS.
 MAX_ROWS_PER_PUSH = 200
 REFRESH_SECONDS = 2.0
+# The rows this socket last pushed (id -> html), to skip pushing one again unchanged; forgotten
+# past this many (a row pushed again then is only redrawn, as before).
+MAX_REMEMBERED_ROWS = 2000
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NO_LIVE_UPDATES = 4404
@@ -49,6 +52,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     listener = None
     slot = None  # the connection's id in its tenant's live-connection slots, while it holds one
     renewer = None
+    pushed: dict | None = None
 
     async def connect(self):
         user = self.scope.get("user")
@@ -112,6 +116,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 run_ids = await self.next_batch()
                 if len(run_ids) > MAX_ROWS_PER_PUSH:
                     await self.send_json({"refresh": True})
+                    self.pushed = None  # the page redraws its table: what it shows is unknown here
                     await asyncio.sleep(REFRESH_SECONDS)
                     await self.drain()
                     continue
@@ -119,6 +124,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 if rows is None:
                     await self.close(code=CLOSE_FORBIDDEN)
                     return
+                rows = self.changed(rows)
                 if rows:
                     await self.send_json({"rows": rows})
         except asyncio.CancelledError:
@@ -126,6 +132,20 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         except Exception:
             logger.warning("live updates stopped for tenant %s", self.tenant_id, exc_info=True)
             await self.close(code=1011)  # the page reconnects with back-off
+
+    def changed(self, rows: list[dict]) -> list[dict]:
+        """The rows whose html differs from what this socket pushed for them last. A run's events
+        can arrive in separate batches after the page already shows their outcome (the first
+        event's re-read saw it; the worker's publisher sends at most every 0.25 s): pushed again,
+        the same row was redrawn under the user, unticking its checkbox and closing its attempts
+        (tests/dashboard/test_browser.py replay)."""
+        pushed = self.pushed if self.pushed is not None else {}
+        fresh = [row for row in rows if pushed.get(row["id"]) != row["html"]]
+        if len(pushed) + len(fresh) > MAX_REMEMBERED_ROWS:
+            pushed = {}
+        pushed.update((row["id"], row["html"]) for row in fresh)
+        self.pushed = pushed
+        return fresh
 
     async def next_batch(self) -> set[str]:
         """Wait for an event, then gather whatever else arrives within BATCH_SECONDS."""

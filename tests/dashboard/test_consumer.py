@@ -3,10 +3,11 @@ session auth, Origin check, tenant scoping of events, membership re-checked befo
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from apps.core.events import channel_for, encode, runs_changed
-from apps.jobs.models import RunStatus
+from apps.jobs.models import JobRun, RunStatus
 from apps.tenants.models import Membership
 from config.asgi import application
 
@@ -139,5 +140,28 @@ def test_a_removed_member_is_disconnected_at_the_next_event(owner, tenant, job):
         runs_changed([(job.tenant_id, run.id)])
         output = await socket.receive_output(timeout=3)
         assert output == {"type": "websocket.close", "code": 4403}
+
+    run_async(scenario)
+
+
+def test_a_row_is_not_pushed_again_unchanged(owner, job):
+    """A run's events may arrive in separate batches after the page already shows their outcome:
+    the row is pushed once, not redrawn under the user (its checkbox unticked) for each event."""
+    run = make_run(job, status=RunStatus.FAILED, error="HTTP 500")
+    session = session_of(owner)
+
+    async def scenario():
+        socket = communicator(session)
+        assert (await socket.connect())[0]
+        runs_changed([(job.tenant_id, run.id)])
+        (row,) = (await socket.receive_json_from(timeout=3))["rows"]
+        assert row["id"] == f"run-{run.id}" and 'data-status="failed"' in row["html"]
+        runs_changed([(job.tenant_id, run.id, "failed")])  # the same outcome, announced again
+        assert await socket.receive_nothing(timeout=0.5)
+        await database_sync_to_async(JobRun.objects.filter(pk=run.pk).update)(status=RunStatus.QUEUED)
+        runs_changed([(job.tenant_id, run.id, "queued")])
+        (row,) = (await socket.receive_json_from(timeout=3))["rows"]
+        assert 'data-status="queued"' in row["html"]
+        await socket.disconnect()
 
     run_async(scenario)
