@@ -159,7 +159,10 @@ class _Publisher:
                     changes.extend(self.queue.get_nowait())
                 except queue.Empty:
                     break
-            _publish(changes)
+            try:
+                _publish(changes)
+            except Exception:  # a malformed change: the thread must live on, or its queue only grows
+                logger.exception("could not publish %d run events", len(changes))
             last = time.monotonic()
 
 

@@ -158,3 +158,14 @@ def test_the_publisher_thread_publishes_at_most_once_per_window_and_loses_no_run
     assert last_status == {f"run-{n}": "succeeded" for n in range(20)}
     # Published one step at a time this was 21 messages in ~0.2 s.
     assert len(got) <= elapsed / events.COALESCE_SECONDS + 2, (len(got), elapsed)
+
+
+def test_a_malformed_change_does_not_stop_the_publisher_thread(redis_up, caplog):
+    pubsub = subscriber("tenant-f")
+    with events.batched(background=True):
+        events.runs_changed([("tenant-f",)])  # no run id: _publish raises on it
+    messages(pubsub, timeout=2 * events.COALESCE_SECONDS)
+    with events.batched(background=True):
+        events.runs_changed([("tenant-f", "run-1", "succeeded")])
+    assert messages(pubsub) == [(events.channel_for("tenant-f"), {"runs": [["run-1", "succeeded"]]})]
+    assert "could not publish 1 run events" in caplog.text
