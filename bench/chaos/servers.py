@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import random
 import shutil
@@ -56,17 +57,42 @@ def missing_binaries() -> list[str]:
     return missing
 
 
+PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "chime-ports"
+# Ports this process picked, each with its lock file held open (fcntl.flock) for the life of the
+# process: a server keeps its port across restarts, and another picker must not take it meanwhile.
+_reserved: dict[int, int] = {}
+
+
+def _reserve(port: int) -> bool:
+    """Claim `port` for this process, across processes: an exclusive flock on its file in
+    PORT_LOCK_DIR, released by the kernel when this process ends (however it ends)."""
+    PORT_LOCK_DIR.mkdir(mode=0o777, exist_ok=True)
+    fd = os.open(PORT_LOCK_DIR / str(port), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _reserved[port] = fd
+    return True
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 in 20000-29999 (below the ephemeral range, see the module doc)."""
+    """A free TCP port on 127.0.0.1 in 20000-29999 (below the ephemeral range, see the module doc),
+    reserved for this process. A bind test alone left a window between the pick and the server's
+    start: two pickers (the three servers of one scenario, or the two shards of `./chime test`)
+    could both find a port free, and the second server to start failed with "Address already in
+    use" (CI, tests/chaos). A port is handed out only once it is reserved and then still binds, so
+    pickers that reserve never share one; a foreign process can only have taken it before."""
     for _ in range(200):
         port = random.randint(20000, 29999)
-        if port in RESERVED_PORTS:
+        if port in RESERVED_PORTS or port in _reserved or not _reserve(port):
             continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
-                continue
+                continue  # a foreign listener: stays reserved here, so no one picks it again
             return port
     raise ServerError("no free port found in 20000-29999")
 
