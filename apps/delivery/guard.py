@@ -1,66 +1,51 @@
 """SSRF guard of the transport, and the human message of a failed request.
 
-The connector's resolver is a :class:`GuardedResolver` that refuses the whole lookup if ANY
-resolved address is disallowed; aiohttp connects only to addresses its resolver returned, so the
-checked address is the one used. aiohttp skips the resolver for IP-literal hosts, hence
-:func:`guard_parsed_url`, which re-checks the host exactly as yarl parsed it.
+Two checks, and the second is the one that cannot be raced:
+
+- :func:`target_url`, before a request is handed to libcurl: the URL's syntax and any IP literal
+  in it (:func:`apps.delivery.safety.check_url`, which also refuses the legacy numeric forms such
+  as ``2130706433`` outright), and the URL as libcurl gets it: encoded by yarl (punycode host,
+  percent-encoded path) the way the aiohttp transport sent it before;
+- :class:`ConnectGuard`, libcurl's CURLOPT_OPENSOCKETFUNCTION: called with the address libcurl is
+  about to connect to, after its own DNS resolution, for every new connection (a reused
+  keep-alive connection was checked when it opened). A refused address gets no socket, so the
+  checked address is the one used: no DNS rebinding window, whatever a name resolves to or how
+  often. A name that resolves to a public and a private address can only ever reach the public
+  one; when every address is refused the request fails as ``refused``, naming them.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import errno
 import logging
+import os
 import socket
+from dataclasses import dataclass
 
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import ThreadedResolver
+import pycurl
 from yarl import URL
 
-from .safety import InvalidTarget, UnsafeTarget, address_refusal_reason, refusal_message, refuse_address
+from .safety import InvalidTarget, UnsafeTarget, address_refusal_reason, check_url, refusal_message
 from .webhook_types import ERROR_INVALID_TARGET, ERROR_NETWORK, ERROR_REFUSED, ERROR_TIMEOUT, WebhookRequest
 
 logger = logging.getLogger(__name__)
 
-
-class GuardedResolver(AbstractResolver):
-    """Resolve with an inner resolver, refuse if any address is disallowed.
-
-    Raises :class:`UnsafeTarget` (deliberately *not* an ``OSError``: aiohttp
-    3.14 wraps only ``OSError`` from the resolver in
-    ``ClientConnectorDNSError``, so this propagates unwrapped out of
-    ``session.request``; :func:`_find_unsafe` also walks ``__cause__`` /
-    ``os_error`` in case a future aiohttp wraps it). A refused answer raises
-    before aiohttp's DNS cache stores it, so it is never cached.
-    """
-
-    def __init__(
-        self,
-        *,
-        allow_private_networks: bool,
-        resolver: AbstractResolver | None = None,
-    ) -> None:
-        self._allow_private_networks = allow_private_networks
-        self._resolver = resolver if resolver is not None else ThreadedResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._resolver.resolve(host, port, family=family)
-        if not results:
-            raise OSError(f"no addresses found for {host}")
-        for result in results:
-            refuse_address(result["host"], host=host, allow_private_networks=self._allow_private_networks)
-        return results
-
-    async def close(self) -> None:
-        await self._resolver.close()
+_E_WEIRD_SERVER_REPLY = 8  # pycurl names it only as FTP's
 
 
-def guard_parsed_url(url: str, allow_private_networks: bool) -> URL:
-    """Re-check the host exactly as yarl (and therefore aiohttp) parses it:
-    aiohttp bypasses the resolver when the host looks like an IP address
-    (contains ':' or only digits and dots)."""
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A checked URL: what libcurl is given, and the host and port messages name."""
+
+    url: str
+    host: str
+    port: int
+
+
+def target_url(url: str, *, allow_private_networks: bool) -> Target:
+    """Raise InvalidTarget or UnsafeTarget unless `url` may be sent to; else the URL for libcurl.
+    A pure function of its arguments (no DNS: names are checked at connect time)."""
+    check_url(url, allow_private_networks=allow_private_networks)
     try:
         parsed = URL(url)
     except (ValueError, TypeError) as exc:
@@ -70,90 +55,86 @@ def guard_parsed_url(url: str, allow_private_networks: bool) -> URL:
     if parsed.user is not None or parsed.password is not None:
         raise InvalidTarget("credentials in the URL are not allowed")
     host = parsed.raw_host
-    if ":" in host or host.replace(".", "").isdigit():
+    return Target(url=str(parsed), host=f"[{host}]" if ":" in host else host, port=parsed.port or 0)
+
+
+class ConnectGuard:
+    """CURLOPT_OPENSOCKETFUNCTION of one easy handle: opens the socket for an allowed address and
+    refuses any other (CURL_SOCKET_BAD), noting the address and why in `refused` (the handle's
+    list, read when its request ends)."""
+
+    __slots__ = ("allow_private_networks", "refused")
+
+    def __init__(self, *, allow_private_networks: bool, refused: list) -> None:
+        self.allow_private_networks = allow_private_networks
+        self.refused = refused
+
+    def __call__(self, purpose: int, address) -> int:
         try:
-            addr = ipaddress.ip_address(host.split("%", 1)[0])
-        except ValueError as exc:
-            raise UnsafeTarget(f"{host} is not a standard IP address", host=host, address=host) from exc
-        reason = address_refusal_reason(addr, allow_private_networks=allow_private_networks)
-        if reason is not None:
-            raise UnsafeTarget(
-                refusal_message(addr, reason, allow_private_networks=allow_private_networks),
-                host=host,
-                address=str(addr),
-            )
-    return parsed
+            ip = address.addr[0]
+            reason = address_refusal_reason(ip, allow_private_networks=self.allow_private_networks)
+            if reason is not None:
+                self.refused.append((ip, reason))
+                return pycurl.SOCKET_BAD
+            sock = socket.socket(address.family, address.socktype, address.protocol)
+            return sock.detach()  # libcurl owns the descriptor from here, and closes it
+        except Exception:  # a callback must not raise into libcurl
+            logger.exception("webhook transport: could not open a socket")
+            return pycurl.SOCKET_BAD
 
 
-def _find_unsafe(exc: BaseException) -> UnsafeTarget | None:
-    """Find our refusal inside aiohttp's wrapping (``os_error``,
-    ``__cause__``, ``__context__``)."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, UnsafeTarget):
-            return current
-        os_error = getattr(current, "os_error", None)
-        if isinstance(os_error, BaseException):
-            stack.append(os_error)
-        stack.append(current.__cause__)
-        stack.append(current.__context__)
-    return None
+def refusal_text(host: str, refused: list[tuple[str, str]], *, allow_private_networks: bool) -> str:
+    """Every address of `host` the guard refused, the first with its reason and remedy."""
+    (address, reason), others = refused[0], sorted({ip for ip, _ in refused[1:]} - {refused[0][0]})
+    text = refusal_message(address, reason, host=host.strip("[]"), allow_private_networks=allow_private_networks)
+    if others:
+        text += f"; also refused: {', '.join(others)}"
+    return text
 
 
 def _fmt_seconds(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def describe_failure(code: int, message: str, *, exchange, os_errno: int) -> tuple[str, str]:
+    """(human message, error_kind) of a transfer libcurl ended with error `code` (no usable
+    response). Refusals by the guard are told apart by the caller, before this."""
+    target, request = exchange.target, exchange.request
+    where = f"{target.host}:{target.port}" if target.port else target.host
+    if code == pycurl.E_OPERATION_TIMEDOUT:
+        return f"timed out after {_fmt_seconds(request.timeout_seconds)}", ERROR_TIMEOUT
+    if code == pycurl.E_COULDNT_RESOLVE_HOST:
+        return f"DNS lookup failed for {target.host}: {message}", ERROR_NETWORK
+    if code == pycurl.E_COULDNT_CONNECT:
+        if os_errno == errno.ECONNREFUSED:
+            return f"connection refused by {where}", ERROR_NETWORK
+        if os_errno == errno.ETIMEDOUT:
+            return f"connection to {where} timed out", ERROR_TIMEOUT
+        detail = os.strerror(os_errno) if os_errno else message
+        return f"could not connect to {where}: {detail}", ERROR_NETWORK
+    if code == pycurl.E_PEER_FAILED_VERIFICATION:
+        return f"TLS certificate verification failed for {target.host}: {message}", ERROR_NETWORK
+    if code == pycurl.E_SSL_CONNECT_ERROR:
+        return f"TLS error: {message}", ERROR_NETWORK
+    if code == pycurl.E_GOT_NOTHING:
+        return "server closed the connection without a complete response", ERROR_NETWORK
+    if code in (_E_WEIRD_SERVER_REPLY, pycurl.E_UNSUPPORTED_PROTOCOL):
+        # The scheme was checked before: libcurl says "unsupported protocol" of a response whose
+        # status line is not HTTP/1.x (a hostile or broken endpoint), as "weird" of others.
+        return f"invalid HTTP response: {message}", ERROR_NETWORK
+    if code == pycurl.E_URL_MALFORMAT:
+        return f"invalid target: {message}", ERROR_INVALID_TARGET
+    return f"network error: {message or f'libcurl error {code}'}", ERROR_NETWORK
+
+
 def describe_error(exc: Exception, request: WebhookRequest) -> tuple[str, str]:
-    """(human message, error_kind) for a failed request."""
-    unsafe = _find_unsafe(exc)
-    if unsafe is not None:
-        return f"refused: {unsafe}", ERROR_REFUSED
+    """(human message, error_kind) of a request refused before it was handed to libcurl."""
+    if isinstance(exc, UnsafeTarget):
+        return f"refused: {exc}", ERROR_REFUSED
     if isinstance(exc, InvalidTarget):
         return f"invalid target: {exc}", ERROR_INVALID_TARGET
-    if isinstance(exc, aiohttp.InvalidURL):
-        return f"invalid target: invalid URL {exc}", ERROR_INVALID_TARGET
-    # Timeouts before connection errors: ConnectionTimeoutError is both.
-    if isinstance(exc, TimeoutError):  # == asyncio.TimeoutError on 3.11
-        return f"timed out after {_fmt_seconds(request.timeout_seconds)}", ERROR_TIMEOUT
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return (
-            f"TLS certificate verification failed for {exc.host}: {exc.certificate_error}",
-            ERROR_NETWORK,
-        )
-    if isinstance(exc, aiohttp.ClientConnectorSSLError | aiohttp.ClientSSLError):
-        return f"TLS error: {exc}", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return (
-            f"DNS lookup failed for {exc.host}: {_os_error_text(exc.os_error)}",
-            ERROR_NETWORK,
-        )
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        where = f"{exc.host}:{exc.port}"
-        if isinstance(os_error, ConnectionRefusedError):
-            return f"connection refused by {where}", ERROR_NETWORK
-        if isinstance(os_error, TimeoutError):
-            return f"connection to {where} timed out", ERROR_TIMEOUT
-        return f"could not connect to {where}: {_os_error_text(os_error)}", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "server closed the connection without a complete response", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"invalid HTTP response: {exc.message}", ERROR_NETWORK
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return f"network error: {exc or type(exc).__name__}", ERROR_NETWORK
     if isinstance(exc, ValueError):
         # e.g. CR/LF in a header value: a configuration problem, not retryable.
         return f"invalid request: {exc}", ERROR_INVALID_TARGET
     logger.exception("unexpected error delivering webhook %s", request.key, extra={"webhook_id": request.key})
     return f"unexpected error: {type(exc).__name__}: {exc}", ERROR_NETWORK
-
-
-def _os_error_text(error: OSError) -> str:
-    text = error.strerror or str(error) or type(error).__name__
-    return text

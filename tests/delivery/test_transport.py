@@ -4,25 +4,26 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 import threading
 import time
+from collections import namedtuple
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
-import aiohttp
+import pycurl
 import pytest
 from aiohttp import web
 from standardwebhooks import Webhook
 
-from apps.delivery.safety import UnsafeTarget
+from apps.delivery.guard import ConnectGuard
 from apps.delivery.signing import generate_signing_secret, webhook_headers
 from apps.delivery.transport import (
-    GuardedResolver,
     Transport,
     WebhookRequest,
-    _find_unsafe,
     get_transport,
+    header_lines,
     parse_retry_after,
 )
 
@@ -540,67 +541,153 @@ def test_invalid_targets(guarded):
     assert all(r.error.startswith("invalid target: ") for r in out)
 
 
-class _FakeResolver(aiohttp.abc.AbstractResolver):
-    """Stands in for DNS (not for the transport): returns fixed answers."""
-
-    def __init__(self, answers):
-        self.answers = answers
-        self.calls = 0
-
-    async def resolve(self, host, port=0, family=socket.AF_INET):
-        self.calls += 1
-        return [
-            {"hostname": host, "host": a, "port": port, "family": fam, "proto": 0, "flags": 0}
-            for a, fam in self.answers
-        ]
-
-    async def close(self):
-        pass
-
-
-def test_guarded_resolver_refuses_if_any_address_is_private():
-    inner = _FakeResolver([("93.184.216.34", socket.AF_INET), ("10.1.2.3", socket.AF_INET)])
-    resolver = GuardedResolver(allow_private_networks=False, resolver=inner)
-    with pytest.raises(UnsafeTarget) as info:
-        asyncio.run(resolver.resolve("rebind.example", 443))
-    assert "rebind.example" in str(info.value)
-    assert "10.1.2.3" in str(info.value)
-    assert info.value.address == "10.1.2.3"
-
-
-def test_guarded_resolver_passes_public_and_mapped_private():
-    public = _FakeResolver([("93.184.216.34", socket.AF_INET), ("2606:4700::1111", socket.AF_INET6)])
-    out = asyncio.run(GuardedResolver(allow_private_networks=False, resolver=public).resolve("ok.example", 80))
-    assert [r["host"] for r in out] == ["93.184.216.34", "2606:4700::1111"]
-    mapped = _FakeResolver([("::ffff:192.168.0.1", socket.AF_INET6)])
-    with pytest.raises(UnsafeTarget):
-        asyncio.run(GuardedResolver(allow_private_networks=False, resolver=mapped).resolve("m.example", 80))
+@pytest.mark.timeout(30)
+def test_a_name_is_checked_where_it_connects_every_time(srv):
+    """The address a name resolves to is checked when the connection opens (libcurl's open-socket
+    callback), not when the URL is read: a name that resolves to loopback is refused, on every
+    request (nothing about a refusal is remembered), and nothing reaches the server."""
+    fixed = [f"rebind.example:{srv.port}:127.0.0.1"]  # libcurl's own --resolve: stands in for DNS
+    with Transport(allow_private_networks=False, resolve=fixed) as guarded:
+        out = guarded.send_many([req(f"http://rebind.example:{srv.port}/ok", key=str(i)) for i in range(2)])
+    for resp in out:
+        assert resp.status_code is None
+        assert resp.error_kind == "refused"
+        assert resp.error.startswith("refused: rebind.example resolves to 127.0.0.1, which is a loopback address")
+    assert srv.hits() == []
+    with Transport(allow_private_networks=True, resolve=fixed) as allowed:  # the same name, allowed
+        [resp] = allowed.send_many([req(f"http://rebind.example:{srv.port}/ok")])
+    assert resp.status_code == 200
+    assert srv.hits("/ok")[0].headers["Host"] == f"rebind.example:{srv.port}"
 
 
 @pytest.mark.timeout(30)
-def test_refusal_surfaces_through_aiohttp_and_is_not_cached():
-    """aiohttp 3.14 wraps only OSError from resolvers; UnsafeTarget propagates as is."""
-    inner = _FakeResolver([("127.0.0.1", socket.AF_INET)])
-
-    async def main():
-        connector = aiohttp.TCPConnector(resolver=GuardedResolver(allow_private_networks=False, resolver=inner))
-        async with aiohttp.ClientSession(connector=connector) as session:
-            for _ in range(2):
-                with pytest.raises(Exception) as info:
-                    await session.get("http://rebind.example/")
-                assert _find_unsafe(info.value) is not None
-        return inner.calls
-
-    assert asyncio.run(main()) == 2  # a refusal is not cached: resolved (and refused) again
+def test_every_refused_address_of_a_name_is_named(srv):
+    fixed = [f"two.example:{srv.port}:127.0.0.2,127.0.0.1"]
+    with Transport(allow_private_networks=False, resolve=fixed) as guarded:
+        [resp] = guarded.send_many([req(f"http://two.example:{srv.port}/ok")])
+    assert resp.error_kind == "refused"
+    assert "127.0.0.1" in resp.error and "127.0.0.2" in resp.error
+    assert srv.hits() == []
 
 
-def test_find_unsafe_unwraps_aiohttp_wrapping():
-    unsafe = UnsafeTarget("x is a loopback address")
-    os_error = OSError("dns")
-    os_error.__cause__ = unsafe
-    wrapped = aiohttp.ClientConnectorDNSError(None, os_error)  # type: ignore[arg-type]
-    assert _find_unsafe(wrapped) is unsafe
-    assert _find_unsafe(aiohttp.ClientConnectionError("other")) is None
+def test_connect_guard_opens_a_socket_only_for_an_allowed_address():
+    """Per address, whatever the name: a mixed answer can only ever reach its public addresses."""
+
+    address = namedtuple("curl_sockaddr", "family socktype protocol addr")
+    refused = []
+    guard = ConnectGuard(allow_private_networks=False, refused=refused)
+    fd = guard(0, address(socket.AF_INET, socket.SOCK_STREAM, 0, ("93.184.216.34", 443)))
+    assert fd >= 0
+    os.close(fd)
+    assert guard(0, address(socket.AF_INET, socket.SOCK_STREAM, 0, ("10.1.2.3", 443))) == pycurl.SOCKET_BAD
+    assert guard(0, address(socket.AF_INET6, socket.SOCK_STREAM, 0, ("::ffff:192.168.0.1", 443, 0, 0))) == -1
+    assert [ip for ip, _ in refused] == ["10.1.2.3", "::ffff:192.168.0.1"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"X-Evil": "a\r\nInjected: 1"}, {"X-Evil": "a\nInjected: 1"}, {"X-Nul": "a\x00b"}, {"Bad Name": "x"}, {"": "x"}],
+)
+def test_header_lines_refuse_what_cannot_be_sent_as_is(headers):
+    with pytest.raises(ValueError):
+        header_lines(headers)
+
+
+def test_header_lines_keep_empty_values_and_add_no_invented_headers():
+    assert header_lines({"X-Empty": "", "Content-Type": "text/plain"}) == [
+        "X-Empty;",
+        "Content-Type: text/plain",
+        "Expect:",
+    ]
+    assert header_lines({}) == ["Content-Type:", "Expect:"]
+    assert header_lines({"X-Name": "Zürich"}) == [b"X-Name: Z\xc3\xbcrich", b"Content-Type:", b"Expect:"]
+
+
+@pytest.mark.timeout(30)
+def test_header_values_arrive_as_sent(transport, srv):
+    headers = {"X-Empty": "", "X-Name": "Zürich", "Content-Type": "application/json"}
+    [resp] = transport.send_many([req(srv.url("/ok"), headers=headers)])
+    assert resp.status_code == 200
+    [hit] = srv.hits("/ok")
+    raw = dict(hit.raw_headers)
+    assert raw[b"X-Empty"] == b""
+    assert raw[b"X-Name"] == "Zürich".encode()
+    assert b"Expect" not in raw
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("method", ["GET", "PUT", "PATCH", "DELETE", "POST"])
+def test_each_method_goes_out_with_its_body(transport, srv, method):
+    body = b"" if method == "GET" else b'{"m":1}'
+    [resp] = transport.send_many([req(srv.url("/ok"), method=method, body=body)])
+    assert resp.status_code == 200
+    [hit] = srv.hits("/ok")
+    assert hit.method == method
+    assert hit.body == body
+
+
+@pytest.mark.timeout(30)
+def test_an_untrusted_certificate_is_refused(tls_server):
+    """TLS is verified against the system's trust store: a self-signed certificate fails."""
+    with Transport(allow_private_networks=True) as t:
+        [resp] = t.send_many([req(f"https://localhost:{tls_server}/ok")])
+    assert resp.status_code is None
+    assert resp.error_kind == "network"
+    assert resp.error.startswith("TLS certificate verification failed for localhost")
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    """An HTTPS server on 127.0.0.1 with a self-signed certificate for localhost."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    directory = tmp_path_factory.mktemp("tls")
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(65536)
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield port
+    stop.set()
+    thread.join(5)
+    listener.close()
 
 
 # --- lifecycle ----------------------------------------------------------------------
@@ -668,13 +755,3 @@ def test_close_while_in_flight_does_not_hang(srv):
     [resp] = result["out"]
     assert resp.status_code is None
     assert resp.error_kind == "network"
-
-
-def test_requests_run_on_uvloop(transport, srv):
-    """The transport's loop is uvloop's (its own work is much of a webhook's CPU: the docstring of
-    apps.delivery.transport.new_event_loop), and requests go out on it."""
-    import uvloop
-
-    [resp] = transport.send_many([req(srv.url("/ok"))])
-    assert resp.status_code == 200
-    assert isinstance(transport._runner.loop, uvloop.Loop)

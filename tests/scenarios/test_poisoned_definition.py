@@ -246,14 +246,20 @@ def cron_jobs_due(tenants, url: str, *, count: int, at: datetime, zone: str) -> 
 
 @pytest.mark.timeout(180)
 def test_a_scheduler_without_a_tz_database_hands_over_instead_of_quarantining_everything(
-    chime, healthy_tenants, all_receiver
+    chime, healthy_tenants, all_receiver, tmp_path
 ):
     """A host without tzdata finds every zone unknown. Two schedulers must not fight over the
     jobs: the broken one pauses none of them, stands down, and the other one fires them."""
     healthy_scheduler = chime["scheduler"]
+    # zoneinfo falls back to the `tzdata` package when the system has no database; the bench's
+    # requirements install it (a dependency of django-celery-beat): an empty package of that name
+    # first on the path hides it, as a host without either would be.
+    (tmp_path / "tzdata").mkdir()
+    (tmp_path / "tzdata" / "__init__.py").write_text("")
     broken = chime["broken"] = start_scheduler(
         name="scheduler-no-tzdata",
         PYTHONTZPATH="/nonexistent-tzdata",
+        PYTHONPATH=str(tmp_path),
         CHIME_SCHEDULER_MAX_FAILED_STEPS="3",
         CHIME_SCHEDULER_STAND_DOWN_SECONDS="120",
         **FAST,
