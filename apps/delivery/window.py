@@ -99,17 +99,29 @@ class Window:
         self._slots += 1
         self._by_tenant[row.tenant] += 1
         self._by_host[row.host] += 1
+        row.sharing = True
+
+    def _unshare(self, row: Row) -> None:
+        """Out of its tenant's and host's shares (the caller holds the condition). The shares count
+        requests an endpoint is answering, so they free when the response lands; the window's slot
+        frees only once the outcome is recorded (it bounds what a process holds unrecorded). Held
+        until the recording, a fast endpoint's share was mostly Chime's own bookkeeping: with every
+        run of a spike on one host, 50 per process were the spike's limit (issue #12)."""
+        if not row.sharing:
+            return
+        row.sharing = False
+        self._by_tenant[row.tenant] -= 1
+        self._by_host[row.host] -= 1
+        if self._by_tenant[row.tenant] <= 0:
+            del self._by_tenant[row.tenant]
+        if self._by_host[row.host] <= 0:
+            del self._by_host[row.host]
 
     def _free(self, rows) -> None:
         with self._cond:
             for row in rows:
                 self._slots -= 1
-                self._by_tenant[row.tenant] -= 1
-                self._by_host[row.host] -= 1
-                if self._by_tenant[row.tenant] <= 0:
-                    del self._by_tenant[row.tenant]
-                if self._by_host[row.host] <= 0:
-                    del self._by_host[row.host]
+                self._unshare(row)
             self._cond.notify_all()
 
     def in_flight(self) -> int:
@@ -322,6 +334,8 @@ class Window:
         except BaseException:  # cancelled by a shutdown past its grace (or a transport bug)
             flight.response = failed_response(flight.request, "interrupted: the worker shut down", ERROR_INTERRUPTED)
         flight.future = None  # its done-callback holds the flight: a cycle per run for the collector
+        with self._cond:
+            self._unshare(flight.row)
         (flight.row.ticket.ended if flight.row.ticket is not None else self._ended).put(flight)
 
     # -- recording ---------------------------------------------------------------------------

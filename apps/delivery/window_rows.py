@@ -56,6 +56,7 @@ class Row:
     priority: str
     ticket: Ticket | None
     guarded_job: str | None = None  # its job, if that job's concurrency policy is not `allow`
+    sharing: bool = False  # counted in its tenant's and host's shares: from its claim until its response lands
 
 
 @dataclass(eq=False)

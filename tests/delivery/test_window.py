@@ -10,6 +10,8 @@ import pytest
 
 from apps.delivery import draining
 from apps.delivery.services import admit_runs, deliver_runs
+from apps.delivery.window import get_window
+from apps.delivery.window_rows import Ticket, host_of
 from apps.jobs.models import ErrorKind, JobRun, RunStatus
 from apps.tenants.services import tenant_create
 from tests.factories import JobFactory, queued_runs
@@ -81,6 +83,27 @@ def test_an_endpoint_host_holds_at_most_its_share_across_tenants(tenant, receive
     report = deliver_runs(ids(runs))
     assert report.outcomes["succeeded"] == 12
     assert held.most == 4
+
+
+def test_a_landed_response_frees_its_shares_before_its_outcome_is_recorded(tenant, receiver, settings):
+    """The tenant's and host's shares count requests their endpoint is answering; the window's slot
+    counts what the process holds unrecorded. Held until the recording, a fast host's share was
+    Chime's own bookkeeping, and the limit of a spike aimed at one host (issue #12)."""
+    settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 1
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 2)
+    window, ticket, host = get_window(), Ticket(ids(runs)), host_of(receiver.url)
+    window.admit(ids(runs), ticket=ticket)  # one out, one parked behind the host's share
+    with window._cond:
+        assert (window._by_host[host], window._by_tenant[str(tenant.id)], window._slots) == (1, 1, 1)
+    # This thread records the ticket's outcomes (serve): until it does, a landed one waits here.
+    wait_until(lambda: not ticket.ended.empty(), timeout=10, message="the response landed")
+    with window._cond:
+        assert host not in window._by_host and str(tenant.id) not in window._by_tenant, "shares free"
+        assert window._slots == 1, "the slot is held until the outcome is recorded"
+    window.serve(ticket, timeout_seconds=30)
+    assert ticket.report.outcomes == {"succeeded": 2}
+    with window._cond:
+        assert window._slots == 0 and not window._by_host and not window._by_tenant
 
 
 def test_parked_runs_of_a_host_with_room_go_out_past_those_of_a_full_one(tenant, receiver, settings):
