@@ -50,6 +50,7 @@ from bench.common import (
     table,
     utcnow,
 )
+from bench.delivery import raw_ceiling
 
 TICK_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO apps\.scheduler tick: materialized (\d+) definitions, "
@@ -161,6 +162,12 @@ def run_once(
     if lookahead is not None:
         lead = max(lead, lookahead + 5)  # the whole lookahead window comes after the load
     with processes():
+        # The network's ceiling in the same run (issue #12: the spike's rate as a fraction of it):
+        # raw aiohttp, 200 in flight, against a receiver of its own (the spike's counts only Chime's).
+        ceiling_receiver = ReceiverProcess("ceiling-receiver")
+        result["ceiling"] = raw_ceiling(ceiling_receiver.url, CEILING_REQUESTS)
+        ceiling_receiver.stop()
+        log(f"spike: raw HTTP ceiling {result['ceiling']:,.0f} req/s")
         receiver = ReceiverProcess()
         worker = start_worker(concurrency=workers)
         shards = [
@@ -253,6 +260,9 @@ def run_once(
     return result
 
 
+CEILING_REQUESTS = 10_000
+
+
 def _repeat(value):
     while True:
         yield value
@@ -304,11 +314,14 @@ def _per_run_ms(seconds: float | None, runs: int) -> str:
 
 def _scaling_row(r: dict) -> list[str]:
     delivered = min(r["unique_ids"], r["n"])
+    rate = r["n"] / r["t_delivered"] if r.get("t_delivered") else None
     return [
         f"{r['n']:,}",
         str(r["scheduler_count"]),
         str(r["worker_processes"]),
         _rate(r["n"], r.get("t_delivered")),
+        fmt(r["ceiling"], "/s", 0),
+        fmt(rate / r["ceiling"], "", 2) if rate else "—",
         fmt(r.get("t_delivered"), " s") if r.get("t_delivered") else f"{delivered:,} by the deadline",
         fmt(r["lag"]["p50"], " s"),
         fmt(r["lag"]["p99"], " s"),
@@ -362,9 +375,11 @@ def report(results: list[dict], args, rep: Report) -> None:
         )
     )
     rep.add(
-        "\nScaling: runs/s = N / all delivered; CPU per delivered run in ms, from /proc between T and the "
-        "end: PostgreSQL = the backends of the bench database only (pg_stat_activity; the server's other "
-        "databases and background writers not counted), all postgres = every process named postgres:\n"
+        "\nScaling: runs/s = N / all delivered; raw ceiling = raw aiohttp to a receiver like the spike's, 200 "
+        "in flight, measured before the variant's load (issue #12's goal: >= 0.5 of it); CPU per delivered run "
+        "in ms, from /proc between T and the end: PostgreSQL = the backends of the bench database only "
+        "(pg_stat_activity; the server's other databases and background writers not counted), all postgres = "
+        "every process named postgres:\n"
     )
     rep.add(
         table(
@@ -373,6 +388,8 @@ def report(results: list[dict], args, rep: Report) -> None:
                 "schedulers",
                 "worker processes",
                 "runs/s",
+                "raw ceiling",
+                "of the ceiling",
                 "all delivered",
                 "fire lag p50",
                 "p99",
