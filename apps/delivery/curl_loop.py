@@ -382,11 +382,12 @@ class CurlLoop:
     def _prepare(curl, request: WebhookRequest, exchange: Exchange) -> None:
         curl.setopt(pycurl.URL, exchange.target.url)
         curl.setopt(pycurl.HTTPHEADER, exchange.lines)
-        if request.method == "GET":
+        method = request.method.upper()
+        if method == "GET":
             curl.setopt(pycurl.HTTPGET, 1)
         else:
             curl.setopt(pycurl.POSTFIELDS, request.body)
-        curl.setopt(pycurl.CUSTOMREQUEST, request.method)
+        curl.setopt(pycurl.CUSTOMREQUEST, method)
         curl.setopt(pycurl.TIMEOUT_MS, max(1, round(float(request.timeout_seconds) * 1000)))
 
     def _collect(self) -> None:
