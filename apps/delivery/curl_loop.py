@@ -237,9 +237,12 @@ class CurlLoop:
     def hand_over(self, exchanges: list[Exchange]) -> None:
         self._inbox.extend(exchanges)
         self._wake()
-        if self._closed.is_set():  # closed meanwhile: nothing will take them from the inbox
+        if self._closed.is_set():  # shut down meanwhile: the loop may not take them any more
             while self._inbox:
-                exchange = self._inbox.popleft()
+                try:
+                    exchange = self._inbox.popleft()
+                except IndexError:  # the loop's shutdown took it
+                    break
                 self._resolve(exchange, failed_response(exchange.request, CLOSED, ERROR_NETWORK))
 
     def cancel(self, exchange: Exchange) -> None:
@@ -253,7 +256,7 @@ class CurlLoop:
         self._closing = True
         self._wake()
         if threading.current_thread() is not self.thread:
-            self._closed.wait(timeout)
+            self.thread.join(timeout)
 
     def _wake(self) -> None:
         # A full buffer means the loop is being woken already (or is gone).
@@ -474,11 +477,15 @@ class CurlLoop:
         self._start_waiting()
 
     def _shutdown(self) -> None:
-        """Fail what is still here (the transport was closed), then free libcurl's resources."""
-        for exchange in [*(easy.exchange for easy in self._active.values()), *self._waiting, *self._inbox]:
-            self._end(exchange, failed_response(exchange.request, CLOSED, ERROR_NETWORK))
-        self._waiting.clear()
-        self._inbox.clear()
+        """Fail what is still here (the transport was closed), then free libcurl's resources.
+        `_closed` is set first: a hand-over from now on fails its exchanges itself (hand_over)."""
+        self._closed.set()
+        for easy in list(self._active.values()):
+            self._end(easy.exchange, failed_response(easy.exchange.request, CLOSED, ERROR_NETWORK))
+        for queue in (self._waiting, self._inbox):
+            while queue:
+                exchange = queue.popleft()
+                self._resolve(exchange, failed_response(exchange.request, CLOSED, ERROR_NETWORK))
         for easy in self._free:
             easy.curl.close()
         self._free.clear()
@@ -486,4 +493,3 @@ class CurlLoop:
         self.selector.close()
         self._wake_r.close()
         self._wake_w.close()
-        self._closed.set()

@@ -53,7 +53,7 @@ from .preparing import (
 from .recording import record_in_lock_order
 from .transport import ERROR_INTERRUPTED, get_transport
 from .webhook_types import failed_response
-from .window_rows import Flight, Row, Ticket, queued_rows
+from .window_rows import Flight, Row, Shares, Ticket, queued_rows
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +64,7 @@ POLL_SECONDS = 0.1
 class Window:
     def __init__(self):
         self._cond = threading.Condition()
-        self._slots = 0  # in flight or reserved for a claim under way
-        self._by_tenant: Counter = Counter()
-        self._by_host: Counter = Counter()
+        self._shares = Shares()  # slots and shares: guarded by _cond
         self._flights: dict = {}  # run id -> Flight
         self._parked: deque[Row] = deque()
         self._parked_ids: set[str] = set()
@@ -83,45 +81,10 @@ class Window:
 
     # -- slots -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _caps() -> tuple[int, int, int]:
-        return (
-            settings.CHIME_WORKER_MAX_IN_FLIGHT,
-            settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT,
-            settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST,
-        )
-
-    def _over_share(self, row: Row, caps: tuple[int, int, int] | None = None) -> bool:
-        _total, per_tenant, per_host = caps or self._caps()
-        return self._by_tenant[row.tenant] >= per_tenant or (bool(row.host) and self._by_host[row.host] >= per_host)
-
-    def _take(self, row: Row) -> None:
-        self._slots += 1
-        self._by_tenant[row.tenant] += 1
-        self._by_host[row.host] += 1
-        row.sharing = True
-
-    def _unshare(self, row: Row) -> None:
-        """Out of its tenant's and host's shares (the caller holds the condition). The shares count
-        requests an endpoint is answering, so they free when the response lands; the window's slot
-        frees only once the outcome is recorded (it bounds what a process holds unrecorded). Held
-        until the recording, a fast endpoint's share was mostly Chime's own bookkeeping: with every
-        run of a spike on one host, 50 per process were the spike's limit (issue #12)."""
-        if not row.sharing:
-            return
-        row.sharing = False
-        self._by_tenant[row.tenant] -= 1
-        self._by_host[row.host] -= 1
-        if self._by_tenant[row.tenant] <= 0:
-            del self._by_tenant[row.tenant]
-        if self._by_host[row.host] <= 0:
-            del self._by_host[row.host]
-
     def _free(self, rows) -> None:
         with self._cond:
             for row in rows:
-                self._slots -= 1
-                self._unshare(row)
+                self._shares.free(row)
             self._cond.notify_all()
 
     def in_flight(self) -> int:
@@ -146,7 +109,8 @@ class Window:
         if ticket is not None:
             ticket.settle(set(map(str, run_ids)) - {row.run_id for row in rows})
         pending = deque(rows)
-        total = self._caps()[0]
+        caps = Shares.caps()
+        total = caps[0]
         # A full window is refilled a batch at a time, not run by run: each claim is a few
         # statements, whatever its size.
         batch = max(1, total // 10)
@@ -159,10 +123,10 @@ class Window:
                         pending.popleft()  # a copy of a message we already hold
                         if ticket is not None:
                             ticket.settle([row.run_id])
-                    elif self._over_share(row):
+                    elif self._shares.over(row, caps):
                         self._park(pending.popleft())
-                    elif self._slots < total and (take or total - self._slots >= min(len(pending), batch)):
-                        self._take(pending.popleft())
+                    elif (free := total - self._shares.slots) > 0 and (take or free >= min(len(pending), batch)):
+                        self._shares.take(pending.popleft())
                         take.append(row)
                     else:
                         full = True
@@ -335,7 +299,7 @@ class Window:
             flight.response = failed_response(flight.request, "interrupted: the worker shut down", ERROR_INTERRUPTED)
         flight.future = None  # its done-callback holds the flight: a cycle per run for the collector
         with self._cond:
-            self._unshare(flight.row)
+            self._shares.landed(flight.row)
         (flight.row.ticket.ended if flight.row.ticket is not None else self._ended).put(flight)
 
     # -- recording ---------------------------------------------------------------------------
@@ -428,20 +392,20 @@ class Window:
         with self._cond:
             if not self._parked:
                 return
-            caps = self._caps()
+            caps = Shares.caps()
             total, _per_tenant, per_host = caps
-            open_hosts = {h for h in self._parked_hosts if not h or self._by_host[h] < per_host}
+            open_hosts = {h for h in self._parked_hosts if not self._shares.host_full(h, per_host)}
             prefix = True  # every row taken so far, and no other, was at the front: pop them
             for index, row in enumerate(self._parked):
-                if self._slots >= total or not open_hosts:
+                if self._shares.slots >= total or not open_hosts:
                     break
                 if row.host not in open_hosts or row.ticket is not ticket:
                     continue
-                if self._over_share(row, caps):
-                    if row.host and self._by_host[row.host] >= per_host:
+                if self._shares.over(row, caps):
+                    if self._shares.host_full(row.host, per_host):
                         open_hosts.discard(row.host)
                     continue
-                self._take(row)
+                self._shares.take(row)
                 take.append(row)
                 prefix = prefix and index == len(take) - 1
             if take:
@@ -500,7 +464,7 @@ class Window:
         self._settle_rows(parked)
         deadline = time.monotonic() + settings.CHIME_WORKER_SHUTDOWN_GRACE_SECONDS + 30
         with self._cond:
-            while self._slots and time.monotonic() < deadline:
+            while self._shares.slots and time.monotonic() < deadline:
                 self._cond.wait(POLL_SECONDS)
         self._stop.set()
 

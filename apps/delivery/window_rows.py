@@ -1,12 +1,14 @@
 """What the delivery window (apps/delivery/window.py) holds: a synchronous caller's `Ticket`, a
-run admitted or parked (`Row`), a request in flight (`Flight`), and the endpoint a run counts
-against (`host_of`)."""
+run admitted or parked (`Row`), a request in flight (`Flight`), the endpoint a run counts
+against (`host_of`), and the counts its caps are checked against (`Shares`)."""
 
 import queue
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import connection
 
 from apps.core.prepared import id_array, prepared_cursor
@@ -67,6 +69,64 @@ class Flight:
     owner: str
     response: WebhookResponse | None = None
     future: object = field(default=None, repr=False)
+
+
+class Shares:
+    """What one process's window holds, counted against its caps (the one home of their rule):
+
+    - its slots (CHIME_WORKER_MAX_IN_FLIGHT): a run holds one from its claim until its outcome is
+      recorded, so they bound what a process holds unrecorded;
+    - each tenant's and each endpoint host's share (CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT,
+      _PER_HOST): the requests they are answering, from the claim until the response lands. A
+      slow endpoint holds at most its share while it answers; held until the recording, a fast
+      one's share was mostly Chime's own bookkeeping, and with every run of a spike on one host,
+      50 per process were the spike's limit (issue #12).
+
+    Not thread-safe: the window's condition guards it."""
+
+    def __init__(self) -> None:
+        self.slots = 0
+        self.by_tenant: Counter = Counter()
+        self.by_host: Counter = Counter()
+
+    @staticmethod
+    def caps() -> tuple[int, int, int]:
+        return (
+            settings.CHIME_WORKER_MAX_IN_FLIGHT,
+            settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT,
+            settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST,
+        )
+
+    def host_full(self, host: str, per_host: int) -> bool:
+        return bool(host) and self.by_host[host] >= per_host
+
+    def over(self, row: Row, caps: tuple[int, int, int]) -> bool:
+        """Would `row` exceed its tenant's or its host's share?"""
+        _total, per_tenant, per_host = caps
+        return self.by_tenant[row.tenant] >= per_tenant or self.host_full(row.host, per_host)
+
+    def take(self, row: Row) -> None:
+        self.slots += 1
+        self.by_tenant[row.tenant] += 1
+        self.by_host[row.host] += 1
+        row.sharing = True
+
+    def landed(self, row: Row) -> None:
+        """Its response is in: out of its tenant's and host's shares (its slot stays taken)."""
+        if not row.sharing:
+            return
+        row.sharing = False
+        self.by_tenant[row.tenant] -= 1
+        self.by_host[row.host] -= 1
+        if self.by_tenant[row.tenant] <= 0:
+            del self.by_tenant[row.tenant]
+        if self.by_host[row.host] <= 0:
+            del self.by_host[row.host]
+
+    def free(self, row: Row) -> None:
+        """Recorded, or never sent: its slot, and its shares if it still held them."""
+        self.slots -= 1
+        self.landed(row)
 
 
 def host_of(url: str) -> str:

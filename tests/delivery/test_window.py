@@ -93,17 +93,18 @@ def test_a_landed_response_frees_its_shares_before_its_outcome_is_recorded(tenan
     runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 2)
     window, ticket, host = get_window(), Ticket(ids(runs)), host_of(receiver.url)
     window.admit(ids(runs), ticket=ticket)  # one out, one parked behind the host's share
+    shares = window._shares
     with window._cond:
-        assert (window._by_host[host], window._by_tenant[str(tenant.id)], window._slots) == (1, 1, 1)
+        assert (shares.by_host[host], shares.by_tenant[str(tenant.id)], shares.slots) == (1, 1, 1)
     # This thread records the ticket's outcomes (serve): until it does, a landed one waits here.
     wait_until(lambda: not ticket.ended.empty(), timeout=10, message="the response landed")
     with window._cond:
-        assert host not in window._by_host and str(tenant.id) not in window._by_tenant, "shares free"
-        assert window._slots == 1, "the slot is held until the outcome is recorded"
+        assert host not in shares.by_host and str(tenant.id) not in shares.by_tenant, "shares free"
+        assert shares.slots == 1, "the slot is held until the outcome is recorded"
     window.serve(ticket, timeout_seconds=30)
     assert ticket.report.outcomes == {"succeeded": 2}
     with window._cond:
-        assert window._slots == 0 and not window._by_host and not window._by_tenant
+        assert shares.slots == 0 and not shares.by_host and not shares.by_tenant
 
 
 def test_parked_runs_of_a_host_with_room_go_out_past_those_of_a_full_one(tenant, receiver, settings):
