@@ -68,7 +68,7 @@ def tracer():
 
 
 def run_trace_id(run_id) -> int:
-    return uuid.UUID(str(run_id)).int
+    return run_id.int if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id)).int
 
 
 def _span_id(run_id, salt: str) -> int:
