@@ -628,38 +628,62 @@ def test_each_method_goes_out_with_its_body(transport, srv, method):
 
 @pytest.mark.timeout(30)
 def test_an_untrusted_certificate_is_refused(tls_server):
-    """TLS is verified against the system's trust store: a self-signed certificate fails."""
+    """TLS is verified against the system's trust store: a certificate of an unknown CA fails."""
     with Transport(allow_private_networks=True) as t:
-        [resp] = t.send_many([req(f"https://localhost:{tls_server}/ok")])
+        [resp] = t.send_many([req(f"https://localhost:{tls_server.port}/ok")])
     assert resp.status_code is None
     assert resp.error_kind == "network"
     assert resp.error.startswith("TLS certificate verification failed for localhost")
 
 
+@pytest.mark.timeout(30)
+def test_a_certificate_of_a_trusted_ca_is_accepted(tls_server, monkeypatch):
+    """The trust store is the one Python's ssl module uses, SSL_CERT_FILE included (not a path
+    compiled into the libcurl that pycurl's wheel carries)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_server.ca_file))
+    with Transport(allow_private_networks=True) as t:
+        [resp] = t.send_many([req(f"https://localhost:{tls_server.port}/ok")])
+    assert (resp.status_code, resp.error) == (200, None)
+    assert resp.body_excerpt == "ok"
+
+
+@dataclass
+class TlsServer:
+    port: int
+    ca_file: object
+
+
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
-    """An HTTPS server on 127.0.0.1 with a self-signed certificate for localhost."""
+    """An HTTPS server on 127.0.0.1 whose certificate for localhost is signed by a CA of its own."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.now(UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(days=1))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
+
+    def certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool):
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(days=1))
+            .not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("Chime test CA", ca_key, "Chime test CA", ca_key, ca=True)
+    leaf = certificate("localhost", key, "Chime test CA", ca_key, ca=False)
     directory = tmp_path_factory.mktemp("tls")
-    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "cert.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
     (directory / "key.pem").write_bytes(
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
@@ -668,7 +692,6 @@ def tls_server(tmp_path_factory):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
-    port = listener.getsockname()[1]
     stop = threading.Event()
 
     def serve():
@@ -684,7 +707,7 @@ def tls_server(tmp_path_factory):
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield port
+    yield TlsServer(port=listener.getsockname()[1], ca_file=directory / "ca.pem")
     stop.set()
     thread.join(5)
     listener.close()
