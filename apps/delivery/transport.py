@@ -78,16 +78,13 @@ def header_lines(headers: dict[str, str]) -> list:
     inventing headers: no "Expect: 100-continue" wait, and no form Content-Type on a body whose
     caller gave none."""
     lines = [f"{name}: {value}" if value else f"{name};" for name, value in headers.items()]
-    if lines:
-        text = "\n".join(lines)
-        if text.count("\n") != len(lines) - 1 or not _HEADER_BLOCK.fullmatch(text):
-            raise ValueError("a header name or value cannot be sent as it is (line break or invalid name)")
-        lowered = "\n" + text.lower()
-    else:
-        text = lowered = ""
-    if "\ncontent-type" not in lowered:
+    text = "\n".join(lines)
+    if lines and (text.count("\n") != len(lines) - 1 or not _HEADER_BLOCK.fullmatch(text)):
+        raise ValueError("a header name or value cannot be sent as it is (line break or invalid name)")
+    names = {name.lower() for name in headers}
+    if "content-type" not in names:
         lines.append("Content-Type:")
-    if "\nexpect" not in lowered:
+    if "expect" not in names:
         lines.append("Expect:")
     if not text.isascii():
         return [line.encode() for line in lines]

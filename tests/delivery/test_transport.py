@@ -600,6 +600,13 @@ def test_header_lines_keep_empty_values_and_add_no_invented_headers():
         "Expect:",
     ]
     assert header_lines({}) == ["Content-Type:", "Expect:"]
+    # A name that only begins like one of them does not stand in for it.
+    assert header_lines({"Content-Type-Options": "x", "Expectation": "y"}) == [
+        "Content-Type-Options: x",
+        "Expectation: y",
+        "Content-Type:",
+        "Expect:",
+    ]
     assert header_lines({"X-Name": "Zürich"}) == [b"X-Name: Z\xc3\xbcrich", b"Content-Type:", b"Expect:"]
 
 
