@@ -34,9 +34,10 @@ from datetime import UTC, datetime
 
 import pycurl
 
-from .guard import ConnectGuard, Target, describe_failure, refusal_text
+from .guard import ConnectGuard, Target, describe_failure, refusal_text, timeout_message
 from .webhook_types import (
     DRAIN_LIMIT_BYTES,
+    ERROR_INVALID_TARGET,
     ERROR_NETWORK,
     ERROR_REFUSED,
     ERROR_TIMEOUT,
@@ -354,7 +355,8 @@ class CurlLoop:
                 self.multi.add_handle(easy.curl)
             except Exception as exc:  # e.g. a header libcurl refuses: this request fails, not the loop
                 self._free.append(easy)
-                self._resolve(exchange, failed_response(exchange.request, f"invalid request: {exc}", "invalid_target"))
+                why = f"invalid request: {exc}"
+                self._resolve(exchange, failed_response(exchange.request, why, ERROR_INVALID_TARGET))
                 continue
             easy.exchange = exchange
             exchange.easy = easy
@@ -405,18 +407,24 @@ class CurlLoop:
         self._start_waiting()
 
     def _finish(self, curl, code: int, message: str) -> None:
-        easy = self._active.pop(curl, None)
-        self.multi.remove_handle(curl)
+        easy = self._active.get(curl)
         if easy is None:
+            self.multi.remove_handle(curl)
             return
         exchange = easy.exchange
         try:
             response = self._response(easy, exchange, code, message)
         finally:
-            exchange.easy = None
-            easy.reset()
-            self._free.append(easy)
+            self._release(easy)
         self._resolve(exchange, response)
+
+    def _release(self, easy: Easy) -> None:
+        """Out of libcurl and back to the free handles, nothing of its request kept."""
+        del self._active[easy.curl]
+        self.multi.remove_handle(easy.curl)
+        easy.exchange.easy = None
+        easy.reset()
+        self._free.append(easy)
 
     def _response(self, easy: Easy, exchange: Exchange, code: int, message: str) -> WebhookResponse:
         request = exchange.request
@@ -454,11 +462,8 @@ class CurlLoop:
     def _end(self, exchange: Exchange, response: WebhookResponse | None) -> None:
         """Take an exchange out of libcurl (its connection is closed, not reused)."""
         easy = exchange.easy
-        if easy is not None and self._active.pop(easy.curl, None) is easy:
-            self.multi.remove_handle(easy.curl)
-            exchange.easy = None
-            easy.reset()
-            self._free.append(easy)
+        if easy is not None and self._active.get(easy.curl) is easy:
+            self._release(easy)
         if response is not None:
             self._resolve(exchange, response)
 
@@ -472,8 +477,7 @@ class CurlLoop:
             limit = float(exchange.request.timeout_seconds) + WATCHDOG_SLACK_SECONDS
             if now - exchange.t0 > limit:
                 logger.error("webhook %s: libcurl did not end it in time; ending it", exchange.request.key)
-                why = f"timed out after {exchange.request.timeout_seconds:g}s"
-                self._end(exchange, failed_response(exchange.request, why, ERROR_TIMEOUT))
+                self._end(exchange, failed_response(exchange.request, timeout_message(exchange.request), ERROR_TIMEOUT))
         self._start_waiting()
 
     def _shutdown(self) -> None:

@@ -92,8 +92,9 @@ def refusal_text(host: str, refused: list[tuple[str, str]], *, allow_private_net
     return text
 
 
-def _fmt_seconds(seconds: float) -> str:
-    return f"{seconds:g}s"
+def timeout_message(request: WebhookRequest) -> str:
+    """What a request that ran out of time says (libcurl's timeout and the loop's watchdog alike)."""
+    return f"timed out after {request.timeout_seconds:g}s"
 
 
 def describe_failure(code: int, message: str, *, exchange, os_errno: int) -> tuple[str, str]:
@@ -102,7 +103,7 @@ def describe_failure(code: int, message: str, *, exchange, os_errno: int) -> tup
     target, request = exchange.target, exchange.request
     where = f"{target.host}:{target.port}" if target.port else target.host
     if code == pycurl.E_OPERATION_TIMEDOUT:
-        return f"timed out after {_fmt_seconds(request.timeout_seconds)}", ERROR_TIMEOUT
+        return timeout_message(request), ERROR_TIMEOUT
     if code == pycurl.E_COULDNT_RESOLVE_HOST:
         return f"DNS lookup failed for {target.host}: {message}", ERROR_NETWORK
     if code == pycurl.E_COULDNT_CONNECT:
