@@ -42,6 +42,9 @@ class Verdict:
     error: str
 
 
+SUCCESS = Verdict(True, False, "", "")
+
+
 def classify(response: WebhookResponse) -> Verdict:
     if response.error_kind == ERROR_INTERRUPTED:
         # Cancelled in flight by a worker shutting down: a lost worker, announced.
@@ -51,7 +54,7 @@ def classify(response: WebhookResponse) -> Verdict:
         return Verdict(False, retryable, response.error_kind, response.error or response.error_kind)
     code = response.status_code or 0
     if 200 <= code < 300:
-        return Verdict(True, False, "", "")
+        return SUCCESS  # one instance: building a frozen dataclass per success, twice per recording, showed
     retryable = code >= 500 or code in RETRYABLE_STATUS_CODES
     return Verdict(False, retryable, ErrorKind.HTTP, f"HTTP {code}")
 

@@ -73,3 +73,25 @@ def test_post_init_receivers_still_see_every_loaded_instance(job):
         post_init.disconnect(receiver, sender=JobDefinition)
     assert seen == [job.target_url]
     assert _fields(loaded) == _fields(JobDefinition.objects.get(id=job.id))
+
+
+def test_load_many_reads_each_model_from_its_place_in_a_joined_row(job, django_assert_num_queries):
+    """The claim's rows are a run's columns then its job's: `load_many(rows, start=...)` builds
+    each from its own slice, and a run given its job that way reads it without a query."""
+    runs = queued_runs(job, 3)
+    run_loader, job_loader = RowLoader(JobRun), RowLoader(JobDefinition)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {run_loader.columns('r')}, {job_loader.columns('d')} FROM jobs_jobrun r"  # noqa: S608 (model names)
+            " JOIN jobs_jobdefinition d ON d.id = r.definition_id ORDER BY r.id"
+        )
+        rows = cursor.fetchall()
+    loaded_runs = run_loader.load_many(rows)
+    loaded_jobs = job_loader.load_many(rows, start=len(run_loader))
+    assert [_fields(r) for r in loaded_runs] == [_fields(r) for r in JobRun.objects.order_by("id")]
+    assert sorted(r.id for r in loaded_runs) == sorted(r.id for r in runs)
+    assert all(_fields(j) == _fields(JobDefinition.objects.get(id=job.id)) for j in loaded_jobs)
+    for run, loaded_job in zip(loaded_runs, loaded_jobs, strict=True):
+        JobRun.definition.field.set_cached_value(run, loaded_job)
+    with django_assert_num_queries(0):
+        assert [r.definition.target_headers for r in loaded_runs] == [job.target_headers] * 3
