@@ -113,6 +113,18 @@ def _settle_the_heap_before_forking(**kwargs):
     settle()
 
 
+@signals.worker_init.connect
+def _dump_stacks_on_sigusr2(**kwargs):
+    """`kill -USR2` on a worker's process group writes every thread's Python stack of each process
+    to its stderr (the log), and the processes go on: what an operator, or the chaos suite, reads
+    when a shutdown overruns (docs/operations.md). Registered in the main process before the pool
+    forks, so each child inherits it (SIGUSR2 would otherwise end a child)."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
+
+
 @signals.worker_process_init.connect
 def _settle_the_childs_heap(**kwargs):
     from apps.core.heap import settle

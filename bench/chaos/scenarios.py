@@ -75,6 +75,8 @@ def worker_sigterm(cluster: Cluster) -> Fault:
     notes = []
     if not exited:
         notes.append(f"worker did not exit within {SIGTERM_GRACE_SECONDS:g} s of SIGTERM: killed")
+        worker.signal_group(signal.SIGUSR2)  # every process's thread stacks into its log (config/celery.py)
+        time.sleep(1)
         worker.kill()
     else:
         worker.stop()  # reaps, closes the log, and kills any pool child left behind

@@ -69,3 +69,27 @@ def test_sigterm_hands_an_in_flight_run_back_at_once(processes, api, receiver, w
     assert {d.webhook_id for d in receiver.received()} == {str(run.id)}
     log = worker.log()
     assert "Traceback" not in log and " ERROR" not in log, log[-3000:]
+
+
+def test_sigusr2_writes_every_worker_process_thread_stacks_to_the_log_and_they_go_on():
+    """What the chaos suite reads when a worker's shutdown overruns: `kill -USR2` on the group
+    dumps the main process's and each pool child's threads, and none of them dies of it."""
+    worker = start_worker(name="stacks")
+    try:
+        children = wait_until(lambda: _children(worker.popen.pid), timeout=30, message="the pool's children")
+        worker.kill(signal.SIGUSR2)
+        wait_until(
+            lambda: worker.log().count("Current thread") >= 1 + len(children),
+            timeout=10,
+            message="a stack dump from every process",
+        )
+        assert "celery" in worker.log() and 'File "' in worker.log()
+        time.sleep(0.5)
+        assert worker.popen.poll() is None and _children(worker.popen.pid) == children, "all still running"
+    finally:
+        worker.stop()
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        return sorted(int(child) for child in fh.read().split())
