@@ -57,16 +57,19 @@ def _utc_text(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def default_payload(run: JobRun, *, run_id: str | None = None, scheduled_for: str | None = None) -> dict:
+def default_payload(run: JobRun) -> dict:
     """The body sent when a job has none: a Standard Webhooks style event describing the run."""
-    scheduled_for = scheduled_for or _utc_text(run.scheduled_for)
+    return _run_event(run, str(run.id), _utc_text(run.scheduled_for))
+
+
+def _run_event(run: JobRun, run_id: str, scheduled_for: str) -> dict:
     return {
         "type": "chime.run",
         "timestamp": scheduled_for,
         "data": {
             "job_id": str(run.definition_id),
             "job_name": run.definition.name,
-            "run_id": run_id or str(run.id),
+            "run_id": run_id,
             "scheduled_for": scheduled_for,
             "trigger": run.trigger,
         },
@@ -80,10 +83,9 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
     a worker process's CPU in a spike (py-spy --gil, issue #12)."""
     definition = run.definition
     run_id, scheduled_for = str(run.id), _utc_text(run.scheduled_for)
-    if definition.target_body is not None:
-        body = definition.target_body
-    else:
-        body = default_payload(run, run_id=run_id, scheduled_for=scheduled_for)
+    body = definition.target_body
+    if body is None:
+        body = _run_event(run, run_id, scheduled_for)
     if definition.target_method == "GET":
         body = None
     payload = b"" if body is None else json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
