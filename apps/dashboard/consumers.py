@@ -47,6 +47,11 @@ CLOSE_TOO_MANY_CONNECTIONS = 4429
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
+    # No channel layer (get_channel_layer(None) is None): events come over Redis pub/sub (above).
+    # Channels' default gave every socket a layer channel with channels_redis' blocking pop waiting
+    # on it, a Redis connection per socket for nothing and a receive loop to cancel at close; one
+    # such cancel never returned in CI (tests/dashboard/test_consumer.py).
+    channel_layer_alias = None
     pubsub = None
     redis = None
     listener = None

@@ -1,8 +1,10 @@
 """The live WebSocket (channels.testing.WebsocketCommunicator against config.asgi.application):
 session auth, Origin check, tenant scoping of events, membership re-checked before each push."""
 
+import asyncio
+
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
@@ -165,3 +167,32 @@ def test_a_row_is_not_pushed_again_unchanged(owner, job):
         await socket.disconnect()
 
     run_async(scenario)
+
+
+def blocking_pops_on_this_db() -> int:
+    """Redis clients of this test database sitting in a blocking pop (channels_redis' receive loop)."""
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    return sum(1 for c in client.client_list() if int(c["db"]) == db and c["cmd"] in ("bzpopmin", "blpop", "brpop"))
+
+
+def test_a_live_socket_waits_on_no_channel_layer(owner):
+    """Its events come over Redis pub/sub (apps/core/events.py). Channels' default gave every socket
+    a channel-layer channel too, with channels_redis' blocking pop waiting on it: a Redis connection
+    per socket for nothing, and a receive loop to cancel when the socket closed (one such cancel
+    never returned in CI and hung a test for 300 s)."""
+    session = session_of(owner)
+    before = blocking_pops_on_this_db()
+
+    async def scenario():
+        socket = communicator(session)
+        assert (await socket.connect())[0]
+        await asyncio.sleep(0.5)  # the consumer's dispatch loop is waiting by now
+        pops = await sync_to_async(blocking_pops_on_this_db)()
+        await socket.disconnect()
+        return pops
+
+    assert run_async(scenario) == before
