@@ -4,12 +4,13 @@ A Celery task used to send its chunk of runs and return when the slowest request
 slow chunks held both worker processes and every tenant waited. Now a task only *admits* its runs
 into this process's window and returns (docs/architecture.md#the-delivery-window):
 
-- a run is claimed and its request started only when there is room: at most
-  CHIME_WORKER_MAX_IN_FLIGHT requests per process, CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT per
-  tenant and CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST per endpoint host;
-- a run over its tenant's or host's share is *parked*: not claimed (it stays `queued`, its
-  message is acked) and kept here by id until a slot of that tenant and host frees. If the process
-  dies, the requeue sweep publishes it again (it is `queued` without a message);
+- a run is claimed only when there is room (window_rows.Shares): at most
+  CHIME_WORKER_MAX_IN_FLIGHT runs per process, CHIME_WORKER_MAX_IN_FLIGHT_PER_TENANT per tenant,
+  and per endpoint host CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST requests out with as many again
+  claimed behind them, each going out as one of its host's responses lands;
+- a run over its tenant's or host's share is *parked* (apps/delivery/parking.py): not claimed (it
+  stays `queued`, its message is acked) and kept by id until a slot of that tenant and host frees.
+  If the process dies, the requeue sweep publishes it again (it is `queued` without a message);
 - only a full window blocks the task: backpressure to Celery, other processes take the messages;
 - the recorder thread records each outcome when its request ends (those that ended close together
   in one batch), frees the slots, claims parked runs into them, and interrupts what is still out
@@ -21,11 +22,12 @@ At least once holds as before: a run is `running` under a lease from claim to re
 that dies mid-window leaves runs that the lease sweep makes deliverable again (same webhook-id).
 """
 
+import concurrent.futures
 import logging
 import queue
 import threading
 import time
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 
 from django.conf import settings
 from django.db import connection
@@ -40,6 +42,7 @@ from apps.jobs.transitions import picked
 from .claiming import claim_runs, lease_expiry
 from .draining import grace_over, is_draining, start_draining
 from .enqueue import by_priority, publish_runs
+from .parking import Parking
 from .preparing import (
     DeliveryReport,
     HandBack,
@@ -66,12 +69,7 @@ class Window:
         self._cond = threading.Condition()
         self._shares = Shares()  # slots and shares: guarded by _cond
         self._flights: dict = {}  # run id -> Flight
-        self._parked: deque[Row] = deque()
-        self._parked_ids: set[str] = set()
-        self._parked_hosts: Counter = Counter()  # parked rows per host: a refill stops when all are full
-        # Runs over their share that found no place to park: (since, row), handed back to the
-        # broker after CHIME_WORKER_OVERFLOW_SECONDS (_hand_back_overflow).
-        self._overflow: deque[tuple[float, Row]] = deque()
+        self._parking = Parking()  # runs over their share, not claimed: guarded by _cond
         self._ended: queue.SimpleQueue[Flight] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._recorder = threading.Thread(target=self._record_loop, name="chime-recorder", daemon=True)
@@ -82,10 +80,12 @@ class Window:
     # -- slots -------------------------------------------------------------------------------
 
     def _free(self, rows) -> None:
+        go = []
         with self._cond:
             for row in rows:
-                self._shares.free(row)
+                go += self._shares.free(row)
             self._cond.notify_all()
+        self._send(go)
 
     def in_flight(self) -> int:
         with self._cond:
@@ -119,12 +119,12 @@ class Window:
             with self._cond:
                 while pending:
                     row = pending[0]
-                    if row.run_id in self._parked_ids:
+                    if row.run_id in self._parking:
                         pending.popleft()  # a copy of a message we already hold
                         if ticket is not None:
                             ticket.settle([row.run_id])
                     elif self._shares.over(row, caps):
-                        self._park(pending.popleft())
+                        self._parking.park(pending.popleft())
                     elif (free := total - self._shares.slots) > 0 and (take or free >= min(len(pending), batch)):
                         self._shares.take(pending.popleft())
                         take.append(row)
@@ -144,34 +144,12 @@ class Window:
                 self._step(ticket.ended, ticket=ticket)
         return report
 
-    def _park(self, row: Row) -> None:
-        """Keep a run that is over its tenant's or host's share until a slot of theirs frees.
-
-        Past CHIME_WORKER_MAX_PARKED a task's run goes back to the broker a moment later
-        (`_hand_back_overflow`), where any process, this one included, may take it when it has
-        room. It used to be left `queued` without a message for the requeue sweep: with every
-        run of a spike aimed at one host, 2-19 % of them waited ~30 s (docs/benchmarks.md)."""
-        if len(self._parked) >= settings.CHIME_WORKER_MAX_PARKED:
-            if row.ticket is not None:
-                # A synchronous caller (eager mode) waits on its ticket: the sweep publishes it.
-                row.ticket.settle([row.run_id], {"deferred": 1})
-            else:
-                self._overflow.append((time.monotonic(), row))
-            return
-        self._parked.append(row)
-        self._parked_ids.add(row.run_id)
-        self._parked_hosts[row.host] += 1
-
     def _hand_back_overflow(self, *, everything: bool = False) -> int:
         """Publish again the overflow runs that waited CHIME_WORKER_OVERFLOW_SECONDS (all of
-        them when draining). Not at once: a process whose host shares stay full would take the
-        same runs off the broker again and again. Still `queued`, so the queue budget keeps
+        them when draining; Parking.due_overflow). Still `queued`, so the queue budget keeps
         counting them; if publishing fails, the requeue sweep does it."""
-        cutoff = time.monotonic() - settings.CHIME_WORKER_OVERFLOW_SECONDS
-        rows = []
         with self._cond:
-            while self._overflow and (everything or self._overflow[0][0] <= cutoff):
-                rows.append(self._overflow.popleft()[1])
+            rows = self._parking.due_overflow(everything=everything)
         for priority, run_ids in by_priority((row.run_id, row.priority) for row in rows).items():
             try:
                 publish_runs(run_ids, priority=priority)
@@ -240,7 +218,6 @@ class Window:
             release([str(run.id) for run in to_send], {"handed_back": len(to_send)})
             return len(runs)
         now = timezone.now()
-        transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
         flights: list[Flight] = []
         for run in to_send:
             run_id = str(run.id)
@@ -266,15 +243,31 @@ class Window:
                 continue
             flights.append(Flight(row=by_id[run_id], run=run, request=request, owner=owner))
         if flights:
+            with self._cond:
+                for flight in flights:
+                    self._flights[flight.row.run_id] = flight
+                    del by_id[flight.row.run_id]  # in flight: the recorder releases it
+                go = self._shares.send_or_wait(flights, Shares.caps()[2])
+            self._send(go)
+        return len(runs)
+
+    def _send(self, flights: list[Flight]) -> None:
+        """Start the requests of these flights (their host's share taken); each lands in
+        `_landed`. One that fails at once (its URL refused) lands here, and whatever of its host
+        was waiting goes out in the next round, not through a nested callback."""
+        while flights:
+            transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
             futures = transport.submit_many([flight.request for flight in flights])
             with self._cond:
                 for flight, future in zip(flights, futures, strict=True):
                     flight.future = future
-                    self._flights[flight.row.run_id] = flight
-                    del by_id[flight.row.run_id]  # in flight: the recorder releases it
-            for flight in flights:
-                flight.future.add_done_callback(lambda future, flight=flight: self._landed(flight, future))
-        return len(runs)
+            next_round = []
+            for flight, future in zip(flights, futures, strict=True):
+                if future.done():
+                    next_round += self._land(flight, future)
+                else:
+                    future.add_done_callback(lambda future, flight=flight: self._landed(flight, future))
+            flights = next_round
 
     def _release(self, rows: list[Row], outcomes: dict | None = None) -> None:
         """Rows that will not be sent from here (taken elsewhere, cancelled, handed back)."""
@@ -292,15 +285,25 @@ class Window:
             ticket.settle(ids, outcomes)
 
     def _landed(self, flight: Flight, future) -> None:
-        """On the transport's loop thread: hand the outcome to the recorder. Never raises."""
+        """On the transport's loop thread: hand the outcome to the recorder, and send what of its
+        host was waiting for it. Never raises."""
+        try:
+            self._send(self._land(flight, future))
+        except BaseException:
+            logger.exception("delivery window: sending after a landing failed")
+
+    def _land(self, flight: Flight, future) -> list[Flight]:
+        """The flight's response in, its shares freed, its outcome queued for recording; returns
+        the flights of its host that may go out now."""
         try:
             flight.response = future.result()
         except BaseException:  # cancelled by a shutdown past its grace (or a transport bug)
             flight.response = failed_response(flight.request, "interrupted: the worker shut down", ERROR_INTERRUPTED)
         flight.future = None  # its done-callback holds the flight: a cycle per run for the collector
         with self._cond:
-            self._shares.landed(flight.row)
+            go = self._shares.landed(flight.row)
         (flight.row.ticket.ended if flight.row.ticket is not None else self._ended).put(flight)
+        return go
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -329,7 +332,7 @@ class Window:
                     self._interrupt_all()
                 elif not is_draining():
                     self._fill_from_parked(ticket)
-                    if ticket is None and self._overflow:
+                    if ticket is None and self._parking.overflow:
                         self._hand_back_overflow()
         except Exception:
             logger.exception("delivery window: recording step failed; going on")
@@ -375,49 +378,20 @@ class Window:
         and is recorded as such (deliverable again at once, same webhook-id)."""
         with self._cond:
             flights = list(self._flights.values())
+            waiting = self._shares.take_waiting()
+        for flight in waiting:  # claimed, never sent: recorded as interrupted with the others
+            unsent: concurrent.futures.Future = concurrent.futures.Future()
+            unsent.cancel()
+            self._land(flight, unsent)
         for flight in flights:
             future = flight.future  # read once: landing sets it to None on the transport's thread
             if future is not None and not future.done():
                 future.cancel()
 
     def _fill_from_parked(self, ticket: Ticket | None) -> None:
-        """Claim parked runs (of this ticket, or the tasks' ones) whose tenant and host have room.
-
-        In parking order, and in time proportional to what it takes, not to what is parked: the
-        recorder refills after every batch, and with thousands of runs parked behind one full
-        host a scan of them all (the caps read per row) was ~8 % of a worker process's CPU in a
-        spike (py-spy, issue #12). Hosts found full are skipped with a set lookup, and the scan
-        stops once every host with parked runs is full."""
-        take = []
+        """Claim parked runs (of this ticket, or the tasks' ones) whose tenant and host have room."""
         with self._cond:
-            if not self._parked:
-                return
-            caps = Shares.caps()
-            total, _per_tenant, per_host = caps
-            open_hosts = {h for h in self._parked_hosts if not self._shares.host_full(h, per_host)}
-            prefix = True  # every row taken so far, and no other, was at the front: pop them
-            for index, row in enumerate(self._parked):
-                if self._shares.slots >= total or not open_hosts:
-                    break
-                if row.host not in open_hosts or row.ticket is not ticket:
-                    continue
-                if self._shares.over(row, caps):
-                    if self._shares.host_full(row.host, per_host):
-                        open_hosts.discard(row.host)
-                    continue
-                self._shares.take(row)
-                take.append(row)
-                prefix = prefix and index == len(take) - 1
-            if take:
-                taken = {row.run_id for row in take}
-                if prefix:
-                    for _ in take:
-                        self._parked.popleft()
-                else:
-                    self._parked = deque(row for row in self._parked if row.run_id not in taken)
-                self._parked_ids -= taken
-                self._parked_hosts.subtract(row.host for row in take)
-                self._parked_hosts = +self._parked_hosts  # drop hosts with none left
+            take = self._parking.take_open(self._shares, ticket)
         if take:
             self._launch(take, ticket=ticket, handing_back_ok=False)
 
@@ -451,10 +425,7 @@ class Window:
         are interrupted), every outcome is recorded, parked runs go back to the broker."""
         start_draining()
         with self._cond:
-            parked = list(self._parked)
-            self._parked.clear()
-            self._parked_ids.clear()
-            self._parked_hosts.clear()
+            parked = self._parking.clear()
         self._hand_back_overflow(everything=True)
         for priority, run_ids in by_priority((row.run_id, row.priority) for row in parked).items():
             try:

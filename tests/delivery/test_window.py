@@ -12,7 +12,7 @@ from apps.delivery import draining
 from apps.delivery.services import admit_runs, deliver_runs
 from apps.delivery.window import get_window
 from apps.delivery.window_rows import Ticket, host_of
-from apps.jobs.models import ErrorKind, JobRun, RunStatus
+from apps.jobs.models import ErrorKind, JobRun, RunAttempt, RunStatus
 from apps.tenants.services import tenant_create
 from tests.factories import JobFactory, queued_runs
 from tests.scenarios.conftest import FAST
@@ -90,21 +90,61 @@ def test_a_landed_response_frees_its_shares_before_its_outcome_is_recorded(tenan
     counts what the process holds unrecorded. Held until the recording, a fast host's share was
     Chime's own bookkeeping, and the limit of a spike aimed at one host (issue #12)."""
     settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 1
+    receiver.respond = held = Concurrency(0.3)
     runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 2)
     window, ticket, host = get_window(), Ticket(ids(runs)), host_of(receiver.url)
-    window.admit(ids(runs), ticket=ticket)  # one out, one parked behind the host's share
+    window.admit(ids(runs), ticket=ticket)  # both claimed: one out, one waiting behind the host's share
     shares = window._shares
     with window._cond:
-        assert (shares.by_host[host], shares.by_tenant[str(tenant.id)], shares.slots) == (1, 1, 1)
-    # This thread records the ticket's outcomes (serve): until it does, a landed one waits here.
-    wait_until(lambda: not ticket.ended.empty(), timeout=10, message="the response landed")
+        assert (shares.by_host[host], shares.held_by_host[host], shares.slots) == (1, 2, 2)
+        assert len(shares.waiting[host]) == 1
+    # This thread records the ticket's outcomes (serve): until it does, landed ones wait here. The
+    # second request went out when the first landed, not when its outcome was recorded.
+    wait_until(lambda: ticket.ended.qsize() == 2, timeout=10, message="both responses landed")
     with window._cond:
-        assert host not in shares.by_host and str(tenant.id) not in shares.by_tenant, "shares free"
-        assert shares.slots == 1, "the slot is held until the outcome is recorded"
+        assert not shares.by_host and not shares.held_by_host and not shares.by_tenant, "shares free"
+        assert not shares.waiting
+        assert shares.slots == 2, "the slots are held until the outcomes are recorded"
+    assert held.most == 1, "the endpoint never had more than the host's share at once"
     window.serve(ticket, timeout_seconds=30)
     assert ticket.report.outcomes == {"succeeded": 2}
     with window._cond:
         assert shares.slots == 0 and not shares.by_host and not shares.by_tenant
+
+
+def test_a_hosts_runs_claimed_past_its_share_wait_and_go_out_as_its_requests_land(tenant, receiver, settings):
+    """What a host may hold is its share out and as many again claimed behind them; the claimed ones
+    go out one per landing, and the rest are parked, not claimed."""
+    settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 2
+    receiver.respond = held = Concurrency(0.3)
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 7)
+    window, ticket, host = get_window(), Ticket(ids(runs)), host_of(receiver.url)
+    window.admit(ids(runs), ticket=ticket)
+    with window._cond:
+        assert (window._shares.by_host[host], window._shares.held_by_host[host]) == (2, 4)
+        assert len(window._parking) == 3, "past twice the host's share, runs are parked unclaimed"
+    assert JobRun.objects.filter(status=RunStatus.RUNNING).count() == 4
+    window.serve(ticket, timeout_seconds=30)
+    assert ticket.report.outcomes == {"succeeded": 7}
+    assert held.most == 2
+    assert sorted(d.webhook_id for d in receiver.received()) == sorted(ids(runs)), "each once"
+
+
+def test_claimed_runs_still_waiting_when_the_grace_ends_are_recorded_interrupted(tenant, receiver, settings):
+    """A shutdown past its grace interrupts what is out and what was claimed but never sent: both
+    are recorded as interrupted (deliverable again at once), none is left holding its slot."""
+    settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 1
+    receiver.respond = Concurrency(5)
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook", timeout_seconds=60), 2)
+    window, ticket = get_window(), Ticket(ids(runs))
+    window.admit(ids(runs), ticket=ticket)
+    wait_until(lambda: len(receiver.received()) == 1, timeout=10, message="the first request is out")
+    window._interrupt_all()
+    window.serve(ticket, timeout_seconds=30)
+    assert ticket.report.outcomes == {"retrying": 2}
+    assert len(receiver.received()) == 1, "the waiting one was never sent"
+    assert window._shares.slots == 0 and not window._shares.held_by_host and not window._shares.waiting
+    assert set(RunAttempt.objects.values_list("error_kind", flat=True)) == {ErrorKind.WORKER_LOST}
 
 
 def test_parked_runs_of_a_host_with_room_go_out_past_those_of_a_full_one(tenant, receiver, settings):
