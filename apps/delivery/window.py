@@ -55,7 +55,7 @@ from .preparing import (
 )
 from .recording import record_in_lock_order
 from .transport import ERROR_INTERRUPTED, get_transport
-from .webhook_types import failed_response
+from .webhook_types import ERROR_NETWORK, failed_response
 from .window_rows import Flight, Row, Shares, Ticket, queued_rows
 
 logger = logging.getLogger(__name__)
@@ -252,12 +252,15 @@ class Window:
         return len(runs)
 
     def _send(self, flights: list[Flight]) -> None:
-        """Start the requests of these flights (their host's share taken); each lands in
-        `_landed`. One that fails at once (its URL refused) lands here, and whatever of its host
-        was waiting goes out in the next round, not through a nested callback."""
+        """Start these flights' requests (their host's share taken); each lands in `_landed`, or
+        here if it fails at once, and what of its host was waiting goes out in the next round."""
         while flights:
-            transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-            futures = transport.submit_many([flight.request for flight in flights])
+            try:
+                transport = get_transport(allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+                futures = transport.submit_many([flight.request for flight in flights])
+            except Exception:  # a transport that cannot start them: they fail and are recorded, no slot kept
+                logger.exception("delivery window: could not start %d requests", len(flights))
+                futures = [_failed(flight.request, "the worker could not start the request") for flight in flights]
             with self._cond:
                 for flight, future in zip(flights, futures, strict=True):
                     flight.future = future
@@ -328,6 +331,8 @@ class Window:
             with events.batched(background=True):  # the live events of the outcomes and the refill, at once
                 if batch:
                     self._record(batch)
+                if is_draining():
+                    self._hand_back_waiting()
                 if grace_over():
                     self._interrupt_all()
                 elif not is_draining():
@@ -373,13 +378,32 @@ class Window:
                     self._flights.pop(flight.row.run_id, None)
             self._release([f.row for f in flights], outcomes)
 
+    def _hand_back_waiting(self) -> None:
+        """Draining: claimed runs still waiting to go out are handed back at once (attempt
+        uncharged), as a claim that finds the worker draining is; waiting would hold the shutdown."""
+        with self._cond:
+            flights = self._shares.take_waiting()
+            for flight in flights:
+                self._flights.pop(flight.row.run_id, None)
+        if not flights:
+            return
+        by_owner = defaultdict(list)
+        for flight in flights:
+            by_owner[flight.owner].append(flight.run)
+        for owner, runs in by_owner.items():
+            try:
+                with_db_retry(lambda r=runs, o=owner: hand_back(r, owner=o), what="handing back", deadline_seconds=10)
+            except Exception:
+                logger.warning("could not hand back %d claimed runs; their leases lapse for the sweep", len(runs))
+        self._release([flight.row for flight in flights], {"handed_back": len(flights)})
+
     def _interrupt_all(self) -> None:
         """The shutdown grace is over: cancel what is still out; each comes back `interrupted`
         and is recorded as such (deliverable again at once, same webhook-id)."""
         with self._cond:
             flights = list(self._flights.values())
-            waiting = self._shares.take_waiting()
-        for flight in waiting:  # claimed, never sent: recorded as interrupted with the others
+            waiting = self._shares.take_waiting()  # if not handed back (the database away): never sent
+        for flight in waiting:
             unsent: concurrent.futures.Future = concurrent.futures.Future()
             unsent.cancel()
             self._land(flight, unsent)
@@ -438,6 +462,12 @@ class Window:
             while self._shares.slots and time.monotonic() < deadline:
                 self._cond.wait(POLL_SECONDS)
         self._stop.set()
+
+
+def _failed(request, text: str) -> concurrent.futures.Future:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result(failed_response(request, text, ERROR_NETWORK))
+    return future
 
 
 def _patience() -> float:

@@ -369,3 +369,20 @@ def test_the_claims_live_events_leave_through_the_publisher_thread(tenant, recei
     assert deliver_runs(ids(runs)).outcomes == {"succeeded": 5}
     wait_until(lambda: set(ids(runs)) <= published_by["chime-events"], timeout=5, message="events published")
     assert {name for name, runs in published_by.items() if runs} == {"chime-events"}
+
+
+def test_a_draining_window_hands_back_at_once_the_runs_waiting_behind_their_hosts_share(tenant, receiver, settings):
+    """A shutdown does not wait for a host's answers to send what was claimed behind them: those
+    runs go back to `queued` (attempt uncharged, never sent) while the one out finishes."""
+    settings.CHIME_WORKER_MAX_IN_FLIGHT_PER_HOST = 1
+    receiver.respond = Concurrency(1.0)
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 2)
+    window, ticket = get_window(), Ticket(ids(runs))
+    window.admit(ids(runs), ticket=ticket)  # one out, one claimed and waiting
+    draining.start_draining()
+    window.serve(ticket, timeout_seconds=30)
+    assert ticket.report.outcomes == {"succeeded": 1, "handed_back": 1}
+    (sent,) = receiver.received()
+    waited = JobRun.objects.exclude(id=sent.webhook_id).get()
+    assert (waited.status, waited.attempt_count, waited.lease_owner) == (RunStatus.QUEUED, 0, "")
+    assert window._shares.slots == 0 and not window._shares.waiting and not window._flights
