@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 RECORD_BATCH = 200  # outcomes recorded in one transaction at most
 POLL_SECONDS = 0.1
+DRAIN_REPORT_SECONDS = 2.0  # past the grace, a drain still waiting logs what it holds
 
 
 class Window:
@@ -314,7 +315,10 @@ class Window:
         while not self._stop.is_set():
             batch = self._step(self._ended, ticket=None)
             if not batch and not self.in_flight():
-                connection.close()  # idle: give this thread's connection back
+                try:
+                    connection.close()  # idle: give this thread's connection back
+                except Exception:  # the recorder must outlive a connection that fails to close
+                    logger.warning("delivery window: closing the recorder's idle connection failed", exc_info=True)
 
     def _step(self, ended: queue.SimpleQueue, *, ticket: Ticket | None) -> list:
         """Record what ended, then interrupt (grace over) or refill from the parked runs."""
@@ -457,11 +461,28 @@ class Window:
             except Exception:
                 logger.warning("could not publish %d parked runs; the requeue sweep will", len(run_ids))
         self._settle_rows(parked)
-        deadline = time.monotonic() + settings.CHIME_WORKER_SHUTDOWN_GRACE_SECONDS + 30
+        grace = settings.CHIME_WORKER_SHUTDOWN_GRACE_SECONDS
+        deadline, report_at = time.monotonic() + grace + 30, time.monotonic() + grace + DRAIN_REPORT_SECONDS
         with self._cond:
             while self._shares.slots and time.monotonic() < deadline:
+                if report_at is not None and time.monotonic() >= report_at:
+                    report_at = None  # once: a drain past its grace says what it still holds
+                    logger.warning("delivery window: still holding runs past the shutdown grace: %s", self._held())
                 self._cond.wait(POLL_SECONDS)
         self._stop.set()
+
+    def _held(self) -> dict:
+        """Counts only (no URL, no id): what a drain that overran waits for, beside the stacks
+        `kill -USR2` dumps (docs/operations.md)."""
+        flights = list(self._flights.values())
+        return {
+            **self._shares.counts(),
+            "flights": len(flights),
+            "flights_without_future": sum(1 for flight in flights if flight.future is None),
+            "ended_unrecorded": self._ended.qsize(),
+            "recorder_alive": self._recorder.is_alive(),
+            "renewer_alive": self._renewer.is_alive(),
+        }
 
 
 def _failed(request, text: str) -> concurrent.futures.Future:

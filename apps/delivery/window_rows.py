@@ -165,6 +165,15 @@ class Shares:
         self.waiting.clear()
         return flights
 
+    def counts(self) -> dict:
+        return {
+            "slots": self.slots,
+            "tenants": len(self.by_tenant),
+            "out": sum(self.by_host.values()),
+            "held": sum(self.held_by_host.values()),
+            "waiting": sum(len(waiting) for waiting in self.waiting.values()),
+        }
+
     def free(self, row: Row) -> list[Flight]:
         """Recorded, or never sent: its slot, and its shares if it still held them."""
         self.slots -= 1

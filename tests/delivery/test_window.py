@@ -386,3 +386,28 @@ def test_a_draining_window_hands_back_at_once_the_runs_waiting_behind_their_host
     waited = JobRun.objects.exclude(id=sent.webhook_id).get()
     assert (waited.status, waited.attempt_count, waited.lease_owner) == (RunStatus.QUEUED, 0, "")
     assert window._shares.slots == 0 and not window._shares.waiting and not window._flights
+
+
+def test_a_drain_past_its_grace_logs_what_it_still_holds(tenant, receiver, settings, monkeypatch, caplog):
+    """The fault suite once saw a worker whose shutdown overran its grace with no clue why: a drain
+    still waiting DRAIN_REPORT_SECONDS after the grace logs its counts once (here the fault is a
+    recording that hangs until the test lets it go)."""
+    from apps.delivery import window as window_module
+
+    settings.CHIME_WORKER_SHUTDOWN_GRACE_SECONDS = 0.1
+    monkeypatch.setattr(window_module, "DRAIN_REPORT_SECONDS", 0.5)
+    runs = queued_runs(JobFactory(tenant=tenant, target_url=f"{receiver.url}/hook"), 1)
+    window = get_window()
+    stuck, record = threading.Event(), window._record
+    monkeypatch.setattr(window, "_record", lambda batch: (stuck.wait(30), record(batch)))
+    admit_runs(ids(runs))
+    wait_until(lambda: len(receiver.received()) == 1, timeout=10, message="the request is out")
+    threading.Timer(2.0, stuck.set).start()
+    with caplog.at_level("WARNING", logger="apps.delivery.window"):
+        window.drain()
+    (report,) = [r for r in caplog.records if "past the shutdown grace" in r.getMessage()]
+    held = report.args
+    assert (held["slots"], held["flights"], held["ended_unrecorded"]) == (1, 1, 0)
+    assert held["recorder_alive"] and held["renewer_alive"]
+    assert window._shares.slots == 0, "then recorded, and the drain ended"
+    assert JobRun.objects.get().status == RunStatus.SUCCEEDED
