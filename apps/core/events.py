@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import transaction
 
+from apps.core.ids import id_text
+
 logger = logging.getLogger(__name__)
 
 CHANNEL_PREFIX = "chime:runs:"
@@ -194,8 +196,8 @@ def runs_changed(changes: Iterable[tuple]) -> None:
 def _publish(changes: Iterable[tuple]) -> None:
     by_tenant: dict[str, dict[str, str | None]] = defaultdict(dict)
     for change in changes:
-        runs = by_tenant[str(change[0])]
-        run_id = str(change[1])
+        runs = by_tenant[id_text(change[0])]
+        run_id = id_text(change[1])
         # A status, where a change names one, is kept over a later change that names none.
         runs[run_id] = change[2] if len(change) > 2 and change[2] is not None else runs.get(run_id)
     if not by_tenant or redis_unavailable():

@@ -27,6 +27,8 @@ from functools import cache
 from django.conf import settings
 from django.db import connection
 
+from .ids import id_text
+
 
 @cache
 def _preparing_cursor_class():
@@ -57,7 +59,7 @@ def id_array(ids) -> str:
     process's CPU in a spike (py-spy --gil, issue #12); one join and one match cost ~10 µs.
     An element that is not hex and dashes alone raises ValueError here, so none can smuggle a
     comma or a brace into the array; the cast then checks each is a uuid."""
-    ids = [str(i) for i in ids]
+    ids = [id_text(i) for i in ids]
     if not ids:
         return "{}"
     text = "{" + ",".join(ids) + "}"

@@ -11,6 +11,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from apps.core.events import runs_changed, runs_changed_on_commit
+from apps.core.ids import id_text, uuid_text
 from apps.jobs.models import ConcurrencyPolicy, JobDefinition, JobRun, RunStatus
 from apps.jobs.transitions import Event, claim_free, move, picked, status_fenced
 
@@ -38,8 +39,8 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime, guarded_jobs: l
         if guarded_jobs is not None and not guarded_jobs and connection.vendor == "postgresql":
             lease = timedelta(seconds=settings.CHIME_RUN_LEASE_SECONDS)
             claimed = claim_free(run_ids, now=now, owner=owner, lease=lease)
-            taken = {str(run.id) for run in claimed}
-            run_ids = [run_id for run_id in map(str, run_ids) if run_id not in taken]
+            taken = {uuid_text(run.id) for run in claimed}
+            run_ids = [run_id for run_id in map(id_text, run_ids) if run_id not in taken]
             guarded_jobs = None
         seen, guarded = [], []
         if run_ids:

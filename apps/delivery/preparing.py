@@ -18,6 +18,7 @@ from uuid6 import uuid7
 
 from apps.core import tracing
 from apps.core.events import runs_changed
+from apps.core.ids import uuid_text
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
 from apps.jobs.transitions import Event, move, picked
 from apps.tenants.selectors import signing_secrets_by_tenant
@@ -59,7 +60,7 @@ def _utc_text(moment: datetime) -> str:
 
 def default_payload(run: JobRun) -> dict:
     """The body sent when a job has none: a Standard Webhooks style event describing the run."""
-    return _run_event(run, str(run.id), _utc_text(run.scheduled_for))
+    return _run_event(run, uuid_text(run.id), _utc_text(run.scheduled_for))
 
 
 def _run_event(run: JobRun, run_id: str, scheduled_for: str) -> dict:
@@ -67,7 +68,7 @@ def _run_event(run: JobRun, run_id: str, scheduled_for: str) -> dict:
         "type": "chime.run",
         "timestamp": scheduled_for,
         "data": {
-            "job_id": str(run.definition_id),
+            "job_id": uuid_text(run.definition_id),
             "job_name": run.definition.name,
             "run_id": run_id,
             "scheduled_for": scheduled_for,
@@ -82,7 +83,7 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
     The run's id and time are turned into text once: `str(UUID)` five times over was ~1.5 % of
     a worker process's CPU in a spike (py-spy --gil, issue #12)."""
     definition = run.definition
-    run_id, scheduled_for = str(run.id), _utc_text(run.scheduled_for)
+    run_id, scheduled_for = uuid_text(run.id), _utc_text(run.scheduled_for)
     body = definition.target_body
     if body is None:
         body = _run_event(run, run_id, scheduled_for)
@@ -96,7 +97,7 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
         {
             "Idempotency-Key": run_id,
             "Chime-Run-Id": run_id,
-            "Chime-Job-Id": str(run.definition_id),
+            "Chime-Job-Id": uuid_text(run.definition_id),
             "Chime-Attempt": str(run.attempt_count),
             "Chime-Scheduled-For": scheduled_for,
         }

@@ -6,6 +6,7 @@ the order every other writer of jobs and runs takes them, around it."""
 from django.db import connection
 from django.utils import timezone
 
+from apps.core.ids import uuid_text
 from apps.core.prepared import id_array, prepared_cursor
 
 from .outcomes import classify, record_outcomes
@@ -39,8 +40,9 @@ def lock_jobs(deliveries: list[tuple]) -> set | None:
     whose failure counter is not 0."""
     if connection.vendor != "postgresql":
         return None
-    jobs = sorted({str(run.definition_id) for run, _, _ in deliveries})
-    touched = sorted({str(run.definition_id) for run, _, response in deliveries if not classify(response).succeeded})
+    jobs = sorted({uuid_text(run.definition_id) for run, _, _ in deliveries})
+    unsuccessful = [run for run, _, response in deliveries if not classify(response).succeeded]
+    touched = sorted({uuid_text(run.definition_id) for run in unsuccessful})
     with prepared_cursor() as cursor:
         cursor.execute(LOCK_JOBS_SQL, {"jobs": id_array(jobs), "touched": id_array(touched)})
         return {job_id for job_id, failures in cursor.fetchall() if failures}

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from apps.core import events
 from apps.core.dbretry import TRANSIENT, with_db_retry
+from apps.core.ids import uuid_text
 from apps.core.logs import log_fields
 from apps.jobs.models import RunStatus
 from apps.jobs.transitions import picked
@@ -194,7 +195,7 @@ class Window:
                 raise HandBack("database unavailable while claiming") from exc
             return 0  # left `queued`: the message is back with the broker or the sweep finds them
         claimed_at = time.monotonic()
-        claimed = {str(run.id) for run in runs}
+        claimed = {uuid_text(run.id) for run in runs}
         release(set(by_id) - claimed)
         if ticket is not None:
             with ticket._lock:
@@ -213,15 +214,15 @@ class Window:
                 )
         except TRANSIENT:
             to_send = []  # the database stayed away: the leases expire and the sweep recovers the runs
-        release(claimed - {str(run.id) for run in to_send})
+        release(claimed - {uuid_text(run.id) for run in to_send})
         if to_send and is_draining():
             hand_back(to_send, owner=owner)
-            release([str(run.id) for run in to_send], {"handed_back": len(to_send)})
+            release([uuid_text(run.id) for run in to_send], {"handed_back": len(to_send)})
             return len(runs)
         now = timezone.now()
         flights: list[Flight] = []
         for run in to_send:
-            run_id = str(run.id)
+            run_id = uuid_text(run.id)
             try:
                 request = build_request(run, secrets=secrets[run.tenant_id], now=now)
             except Exception as exc:
