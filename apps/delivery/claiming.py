@@ -39,8 +39,11 @@ def claim_runs(run_ids: list[str], *, owner: str, now: datetime, guarded_jobs: l
         if guarded_jobs is not None and not guarded_jobs and connection.vendor == "postgresql":
             lease = timedelta(seconds=settings.CHIME_RUN_LEASE_SECONDS)
             claimed = claim_free(run_ids, now=now, owner=owner, lease=lease)
-            taken = {uuid_text(run.id) for run in claimed}
-            run_ids = [run_id for run_id in map(id_text, run_ids) if run_id not in taken]
+            if len(claimed) < len(run_ids):
+                taken = {uuid_text(run.id) for run in claimed}
+                run_ids = [run_id for run_id in map(id_text, run_ids) if run_id not in taken]
+            else:
+                run_ids = []  # every one taken: the claim returns a subset of the ids it was given
             guarded_jobs = None
         seen, guarded = [], []
         if run_ids:

@@ -195,8 +195,8 @@ class Window:
                 raise HandBack("database unavailable while claiming") from exc
             return 0  # left `queued`: the message is back with the broker or the sweep finds them
         claimed_at = time.monotonic()
-        claimed = {uuid_text(run.id) for run in runs}
-        release(set(by_id) - claimed)
+        if len(runs) < len(by_id):  # some were taken elsewhere (the claim returns a subset of by_id)
+            release(set(by_id) - {uuid_text(run.id) for run in runs})
         if ticket is not None:
             with ticket._lock:
                 ticket.report.claimed += len(runs)
@@ -214,7 +214,8 @@ class Window:
                 )
         except TRANSIENT:
             to_send = []  # the database stayed away: the leases expire and the sweep recovers the runs
-        release(claimed - {uuid_text(run.id) for run in to_send})
+        if len(to_send) < len(runs):  # cancelled, or no longer ours (to_send is a subset of runs)
+            release({uuid_text(run.id) for run in runs} - {uuid_text(run.id) for run in to_send})
         if to_send and is_draining():
             hand_back(to_send, owner=owner)
             release([uuid_text(run.id) for run in to_send], {"handed_back": len(to_send)})
