@@ -249,7 +249,9 @@ def insert_run_rows(rows: list[tuple], *, now: datetime) -> None:
     """
     if not rows:
         return
-    runs_changed_on_commit((row[1], row[0], row[7]) for row in rows)  # (tenant_id, id, status): RUN_COLUMNS
+    # (tenant_id, id, status): RUN_COLUMNS. A new run's id as text by str(): it is seen here once, and
+    # through apps/core/ids.py's cache it would cost a miss and evict the ids that do repeat.
+    runs_changed_on_commit((row[1], str(row[0]), row[7]) for row in rows)
     if connection.vendor != "postgresql":
         JobRun.objects.bulk_create(
             [JobRun(**dict(zip(RUN_COLUMNS, row, strict=True)), created_at=now) for row in rows],

@@ -254,7 +254,8 @@ def release_due_runs(*, leases: LeaseKeeper, now: datetime, batch_size: int) -> 
 
 def flip_to_queued(run_ids: list, *, leases: LeaseKeeper, now: datetime) -> list[tuple]:
     """`scheduled|retrying -> queued` for the runs still releasable, under the fence; returns
-    (id, priority, tenant_id) of the runs flipped. Rows another scheduler has locked are skipped."""
+    (id, priority, tenant_id) of the runs flipped, ids as text. Rows another scheduler has locked
+    are skipped."""
     if not run_ids:
         return []
     if connection.vendor == "postgresql":
@@ -268,11 +269,12 @@ def flip_to_queued(run_ids: list, *, leases: LeaseKeeper, now: datetime) -> list
         return release_fenced(run_ids, **params)  # the statement: apps/jobs/transitions.py
     # Embedded mode (SQLite serializes writers): check the fence, then flip.
     valid = list(SchedulerLease.objects.filter(leases.fence()).values_list("partition", flat=True))
-    released = list(
-        JobRun.objects.filter(id__in=run_ids, status__in=RELEASABLE, partition__in=valid).values_list(
-            "id", "priority", "tenant_id"
-        )
-    )
+    released = [
+        (str(run_id), priority, str(tenant_id))
+        for run_id, priority, tenant_id in JobRun.objects.filter(
+            id__in=run_ids, status__in=RELEASABLE, partition__in=valid
+        ).values_list("id", "priority", "tenant_id")
+    ]
     move(Event.RELEASE, [r[0] for r in released], queued_at=now)
     return released
 

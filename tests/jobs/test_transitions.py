@@ -128,7 +128,7 @@ def test_the_fenced_release_moves_only_releasable_runs_under_the_lease(tenant, e
         assert after == {state: state for state in STATES}
         return
     releasable = TRANSITIONS[Event.RELEASE].sources
-    assert sorted(rows) == sorted((runs[state].id, job.priority, tenant.id) for state in releasable)
+    assert sorted(rows) == sorted((str(runs[state].id), job.priority, str(tenant.id)) for state in releasable)
     assert after == {state: (RunStatus.QUEUED if state in releasable else state) for state in STATES}
 
 
