@@ -279,6 +279,29 @@ def duplicate_attempts(scope: Scope) -> QuerySet:
     )
 
 
+def attempts_without_run(scope: Scope) -> QuerySet:
+    """Attempts whose run does not exist. The database has no constraint for it (an attempt is
+    inserted only beside its run's update, under its lease: apps/jobs/models.py RunAttempt.run), so
+    this looks: a manual delete, or a delete path that forgot the attempts. Such an attempt belongs
+    to no tenant: a check scoped to one finds none."""
+    if scope.tenant_id is not None:
+        return RunAttempt.objects.none().values("id")
+    runs = JobRun.objects.filter(pk=OuterRef("run_id"))
+    return RunAttempt.objects.filter(_attempts_since(scope)).filter(~Exists(runs)).order_by("id").values("id")
+
+
+def runs_of_another_tenant(scope: Scope) -> QuerySet:
+    """Runs whose tenant is not their job's. A run's tenant is its job's, copied at its insert so
+    that every run query is scoped without a join; one that differs would show in the other
+    tenant's lists and API (isolation), and no foreign key can refuse it."""
+    return (
+        JobRun.objects.filter(_tenant(scope), _runs_since(scope))
+        .exclude(tenant_id=F("definition__tenant_id"))
+        .order_by("id")
+        .values("id")
+    )
+
+
 def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -316,6 +339,8 @@ INVARIANTS = (
         duplicate_attempts,
         label=lambda row: f"{row['run_id']}#{row['number']} x{row['n']}",
     ),
+    Invariant("attempt_without_run", "attempt whose run does not exist", attempts_without_run),
+    Invariant("run_tenant_mismatch", "run whose tenant is not its job's", runs_of_another_tenant),
 )
 
 

@@ -183,7 +183,14 @@ class JobRun(UUIDModel):
     # No index of their own (db_index=False): every run write updates every index of this table
     # (a status change is never a HOT update: status is in the partial indexes' predicates), and
     # jobrun_tenant_created_idx / jobrun_unique_occurrence already lead with these columns.
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs", db_index=False)
+    # `tenant` is the definition's tenant, copied (a run is scoped without a join): no constraint in
+    # the database (db_constraint=False). It added no integrity to the definition's own (the tenant
+    # exists if the definition does) and cost a deferred trigger's lookup and row lock per
+    # inserted run; what matters, that it equals the definition's tenant, no foreign key could
+    # say, and `audit_runs` checks it (run_tenant_mismatch). Deletes still cascade (in Django).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="runs", db_index=False, db_constraint=False
+    )
     definition = models.ForeignKey(JobDefinition, on_delete=models.CASCADE, related_name="runs", db_index=False)
     # Copied from the definition so release and routing need no join.
     partition = models.SmallIntegerField()
@@ -272,7 +279,14 @@ class RunAttempt(UUIDModel):
     """One delivery try. Written when the try ends (or when its worker is found dead)."""
 
     # runattempt_unique_number (run, number) serves every lookup by run: no index of its own.
-    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="attempts", db_index=False)
+    # No constraint in the database (db_constraint=False): an attempt is only ever inserted in the
+    # transaction that updates its run under the run's lease (the run exists, locked), and its
+    # deferred check cost a lookup and a row lock of the run (a WAL record) per attempt: ~20 µs
+    # of PostgreSQL's CPU per run (issue #12, docs/benchmarks.md). Deletes still cascade (in
+    # Django), prune deletes attempts first, and `audit_runs` reports an attempt without its run.
+    run = models.ForeignKey(
+        JobRun, on_delete=models.CASCADE, related_name="attempts", db_index=False, db_constraint=False
+    )
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -154,11 +154,11 @@ def test_a_healthy_database_has_no_violations(healthy):
     code, result = audit()
     assert (code, result["violations"]) == (0, [])
     assert result["ok"] is True
-    assert len(result["checked"]) == 10
+    assert len(result["checked"]) == 12
     out = StringIO()
     call_command("audit_runs", stdout=out)
     (line,) = out.getvalue().splitlines()
-    assert line.startswith("audit_runs: no violations (10 invariants checked at ")
+    assert line.startswith("audit_runs: no violations (12 invariants checked at ")
 
 
 # --- Due occurrences without their run --------------------------------------------------------
@@ -311,6 +311,32 @@ def test_two_attempts_with_one_number_are_reported(healthy, tenant):
     assert reported(result) == {"duplicate_attempt": (1, {f"{run.id}#1 x2"})}
 
 
+def test_an_attempt_whose_run_is_gone_is_reported(healthy, tenant):
+    # No constraint refuses it in the database (RunAttempt.run, db_constraint=False): a raw delete
+    # of a run that leaves its attempts behind.
+    run = a_run(a_job(tenant), status=RunStatus.SUCCEEDED, attempt_count=1, finished_at=timezone.now())
+    attempt = an_attempt(run, 1)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobs_jobrun WHERE id = %s", [run.id])
+    code, result = audit()
+    assert code == 1
+    assert reported(result) == {"attempt_without_run": (1, ids(attempt))}
+    # It belongs to no tenant: an audit scoped to one does not report it.
+    code, result = audit("--tenant", tenant.slug)
+    assert (code, reported(result)) == (0, {})
+
+
+def test_a_run_of_another_tenants_job_is_reported(healthy, tenant, other_tenant):
+    job = a_job(tenant)
+    run = a_run(job, status=RunStatus.SKIPPED, finished_at=timezone.now())
+    JobRun.objects.filter(id=run.id).update(tenant=other_tenant)
+    code, result = audit()
+    assert code == 1
+    assert reported(result) == {"run_tenant_mismatch": (1, ids(run))}
+    code, result = audit("--tenant", other_tenant.slug)
+    assert reported(result) == {"run_tenant_mismatch": (1, ids(run))}
+
+
 # --- Scope: --since, --tenant, examples ---------------------------------------------------------
 
 
@@ -377,7 +403,7 @@ def test_the_table_names_each_violation_with_its_count_and_examples(healthy, ten
     assert raised.value.returncode == 1
     assert str(raised.value) == "1 invariant(s) violated (1 rows)."
     first, header, row = out.getvalue().splitlines()
-    assert first.startswith("audit_runs: 1 invariant(s) violated (10 invariants checked at ")
+    assert first.startswith("audit_runs: 1 invariant(s) violated (12 invariants checked at ")
     assert header.split() == ["invariant", "rows", "what", "examples"]
     assert row.split()[:2] == ["run_stuck_queued", "1"]
     assert row.endswith(str(stuck.id))
