@@ -8,6 +8,9 @@ with `select_related`, then an `UPDATE`) cost two round trips and two compilatio
 instance through `Model.from_db` with every field's database converters applied (JSON decoding,
 the target headers' decryption), so the instance is the one a queryset would have returned.
 
+A loader may load some of the fields only (`fields`), as `.only()` would: the others are deferred
+(not in the instance's `__dict__`; Django's descriptor reads one on first access, with a query).
+
 `load` builds the instance the way `Model.__init__` would for a full row from the database, minus
 its per-field loop: the values go into the instance's `__dict__` under their attnames (what each
 field's descriptor would store) and `_state` says "loaded from this database". `Model.__init__`
@@ -24,9 +27,16 @@ from django.db.models.signals import post_init, pre_init
 
 
 class RowLoader:
-    def __init__(self, model: type[Model]):
+    def __init__(self, model: type[Model], fields: tuple[str, ...] | None = None):
+        """`fields`: the attnames to load (in any order; columns() gives them in the model's),
+        the others left deferred, as `.only()` leaves them: reading one later costs a query."""
         self.model = model
         self.fields = list(model._meta.concrete_fields)
+        if fields is not None:
+            unknown = set(fields) - {field.attname for field in self.fields}
+            if unknown:
+                raise ValueError(f"{model.__name__} has no field {', '.join(sorted(unknown))}")
+            self.fields = [field for field in self.fields if field.attname in fields]
         self.attnames = [field.attname for field in self.fields]
         self._converters = None
         self._plain = model.__init__ is Model.__init__ and model.from_db.__func__ is Model.from_db.__func__

@@ -95,3 +95,21 @@ def test_load_many_reads_each_model_from_its_place_in_a_joined_row(job, django_a
         JobRun.definition.field.set_cached_value(run, loaded_job)
     with django_assert_num_queries(0):
         assert [r.definition.target_headers for r in loaded_runs] == [job.target_headers] * 3
+
+
+def test_a_loader_of_some_fields_leaves_the_others_deferred(job):
+    loader = RowLoader(JobDefinition, ("id", "target_headers", "name"))
+    assert [field.attname for field in loader.fields] == ["id", "name", "target_headers"]  # the model's order
+    loaded = _loaded(loader, JobDefinition._meta.db_table, job.id)
+    assert loaded.get_deferred_fields() == {f.attname for f in JobDefinition._meta.concrete_fields} - {
+        "id",
+        "name",
+        "target_headers",
+    }
+    assert loaded.target_headers == {"Authorization": "Bearer s3cret", "X-Env": "prod"}  # converted
+    assert loaded.created_at == job.created_at  # deferred: read with a query, still right
+
+
+def test_a_loader_refuses_a_field_the_model_lacks():
+    with pytest.raises(ValueError, match="JobRun has no field nope"):
+        RowLoader(JobRun, ("id", "nope"))
