@@ -11,23 +11,14 @@ from django.utils import timezone
 from apps.delivery.services import deliver_runs
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus
 from apps.jobs.transitions import CLAIMED_JOB_FIELDS, CLAIMED_RUN_FIELDS
-from tests.factories import JobFactory
+from tests.factories import JobFactory, queued_runs
 from tests.support.receiver import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def queued_run(job) -> JobRun:
-    now = timezone.now()
-    return JobRun.objects.create(
-        tenant=job.tenant,
-        definition=job,
-        partition=job.partition,
-        scheduled_for=now,
-        available_at=now,
-        status=RunStatus.QUEUED,
-        queued_at=now,
-    )
+    return queued_runs(job, 1)[0]
 
 
 @pytest.fixture
