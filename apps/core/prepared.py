@@ -98,3 +98,19 @@ def _wrapped():
         cursor = connection._prepare_cursor(raw)  # Django's wrapper: its error mapping, its query log
     with cursor:
         yield cursor
+
+
+def execute_columns(sql: str, leading: list, rows: list[tuple]) -> int:
+    """Run `sql` with the `leading` parameters, then one array per column of `rows`, every one bound
+    in binary (`%b`) on a server-side-binding psycopg cursor over Django's connection (so inside its
+    transaction); returns the rowcount. For the scheduler's per-batch writes (the runs' insert, the
+    definitions' advance): Django's cursor binds on the client and dumps every array element as
+    quoted text in Python, 12-17 µs per row of four columns against ~2 µs (issue #12). Errors are
+    psycopg's own (not Django's wrapper), as its callers expect."""
+    import psycopg
+
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, [*leading, *columns])
+        return cursor.rowcount

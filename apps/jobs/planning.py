@@ -10,12 +10,12 @@ See docs/time-semantics.md#misfires.
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from uuid6 import uuid7
 
 from apps.core.events import runs_changed_on_commit
+from apps.core.prepared import execute_columns
 
 from .models import JobDefinition, JobRun, MisfirePolicy, RunStatus, ScheduleType, Trigger
 from .schedules import ScheduleError
@@ -259,11 +259,7 @@ def insert_run_rows(rows: list[tuple], *, now: datetime) -> None:
         )
         _count_materialized(len(rows))  # SQLite cannot say which were duplicates: an upper bound
         return
-    connection.ensure_connection()
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(INSERT_RUNS_SQL, [now, *columns])
-        inserted = cursor.rowcount  # duplicates (ON CONFLICT DO NOTHING) are not counted
+    inserted = execute_columns(INSERT_RUNS_SQL, [now], rows)  # duplicates (ON CONFLICT DO NOTHING) not counted
     _count_materialized(inserted)
 
 

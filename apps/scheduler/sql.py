@@ -8,9 +8,9 @@ way by apps.jobs.planning.insert_run_rows.
 from collections import defaultdict
 from datetime import datetime
 
-import psycopg
 from django.db import connection
 
+from apps.core.prepared import execute_columns
 from apps.jobs.models import JobDefinition
 
 ADVANCE_SQL = """
@@ -25,17 +25,13 @@ UPDATE jobs_jobdefinition AS d
 def advance_definitions(updates: list[tuple], *, now: datetime) -> None:
     """Apply (id, next_fire_at, status, last_scheduled_for) to each definition.
 
-    PostgreSQL: the four arrays go in binary on a server-side-binding cursor, as the runs' insert
-    sends its own (apps/jobs/planning.py insert_run_rows). Django's cursor binds on the client and
-    dumped each element as quoted text: 12-17 µs per definition against ~2 µs, the largest single
-    part of the scheduler's own CPU in a 100k spike (py-spy --gil: 18 %, issue #12)."""
+    PostgreSQL: the four arrays go in binary (apps/core/prepared.py execute_columns), as the runs'
+    insert sends its own; bound on the client by Django's cursor they were the largest single part
+    of the scheduler's own CPU in a 100k spike (py-spy --gil: 18 %, issue #12)."""
     if not updates:
         return
     if connection.vendor == "postgresql":
-        columns = [list(column) for column in zip(*updates, strict=True)]
-        connection.ensure_connection()
-        with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(ADVANCE_SQL, [now, *columns])
+        execute_columns(ADVANCE_SQL, [now], updates)
         return
     groups: dict[tuple, list] = defaultdict(list)
     for definition_id, next_fire_at, status, last_scheduled_for in updates:
