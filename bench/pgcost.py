@@ -29,7 +29,8 @@ import psycopg
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _own_cpu(pid: int) -> float | None:
+def own_cpu(pid: int) -> float | None:
+    """CPU seconds (utime + stime) a process has used, from /proc; None once it is gone."""
     with contextlib.suppress(OSError, ValueError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         fields = stat[stat.rindex(")") + 2 :].split()
@@ -67,14 +68,14 @@ class BackendCpu:
 
     def start(self) -> None:
         for pid in self._pids():
-            cpu = _own_cpu(pid)
+            cpu = own_cpu(pid)
             if cpu is not None:
                 self.first[pid] = self.last[pid] = cpu
         self._thread.start()
 
     def poll(self) -> None:
         for pid in self._pids():
-            cpu = _own_cpu(pid)
+            cpu = own_cpu(pid)
             if cpu is not None:
                 self.first.setdefault(pid, 0.0)
                 self.last[pid] = cpu
