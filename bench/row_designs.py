@@ -29,8 +29,10 @@ the releasable index, and under the hot design that index also holds every in-fl
 the release to skip: a cost against the design that this bench does not count. Also not measured:
 the recovery sweeps reading in-flight runs without their own indexes.
 
-A second table compares an attempt's COPY (apps/delivery/outcomes.py) with the request headers
-the worker stores today (the nine that Chime sends, as jsonb) against none.
+A second table compares an attempt's COPY (apps/delivery/outcomes.py) with all nine request
+headers Chime sends (what an attempt stored until issue #12's fourteenth session), with those it
+stores now (less the six derived from the run and its number: apps/jobs/attempt_headers.py), and
+with none.
 
     .venv/bin/python -m bench.row_designs --runs 60000 --rounds 2
 """
@@ -48,9 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as `pyt
 from psycopg.types.json import Jsonb
 from uuid6 import uuid7
 
+from apps.jobs.attempt_headers import stored_headers, utc_text
 from bench.common import BENCH_DSN, Report, base_parser, ensure_database, log, pg_connect, table
 from bench.pgcost import own_cpu
 
+AT = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)  # the attempts' Chime-Scheduled-For
 QUEUE_CAP = 2000  # CHIME_MAX_QUEUED_RUNS' default
 RELEASE_BATCH, CLAIM_BATCH, INSERT_BATCH = 200, 100, 1000
 
@@ -177,14 +181,15 @@ def table_updates(conn, name: str, *, expected: int, wait: float = 5.0) -> tuple
 
 
 def headers(run_id: str) -> dict[str, str]:
-    """What the worker stores for a job without headers of its own (apps/delivery/preparing.py)."""
+    """What the worker sends for a job without headers of its own (apps/delivery/preparing.py),
+    signature aside: what an attempt stored until the derived ones were left out."""
     return {
         "Content-Type": "application/json",
         "Idempotency-Key": run_id,
         "Chime-Run-Id": run_id,
         "Chime-Job-Id": str(uuid.uuid4()),
         "Chime-Attempt": "1",
-        "Chime-Scheduled-For": "2026-12-07T09:00:00Z",
+        "Chime-Scheduled-For": utc_text(AT),
         "webhook-id": run_id,
         "webhook-timestamp": "1796634000",
         "traceparent": f"00-{run_id.replace('-', '')}-0123456789abcdef-01",
@@ -192,7 +197,9 @@ def headers(run_id: str) -> dict[str, str]:
 
 
 def attempts(variant: str, runs: int, dsn: str = BENCH_DSN) -> dict:
-    """COPY `runs` attempts, 50 per transaction, with the stored request headers or none."""
+    """COPY `runs` attempts, 50 per transaction, with request headers: all nine that Chime sends
+    ("all"), those an attempt stores ("stored": less the six derived from the run and number,
+    apps/jobs/attempt_headers.py), or none."""
     columns = "id, run_id, number, started_at, finished_at, status_code, error, error_kind, duration_ms,"
     columns += " response_excerpt, request_headers, worker"
     with pg_connect(dsn) as conn:
@@ -203,7 +210,11 @@ def attempts(variant: str, runs: int, dsn: str = BENCH_DSN) -> dict:
         rows = []
         for _ in range(runs):
             run_id = uuid7()
-            stored = Jsonb(headers(str(run_id)) if variant == "headers" else {})
+            sent = headers(str(run_id))
+            if variant == "stored":  # as apps/delivery/outcomes.py stores them now
+                job_id = uuid.UUID(sent["Chime-Job-Id"])
+                sent = stored_headers(sent, run_id=run_id, job_id=job_id, attempt=1, scheduled_for=AT)
+            stored = Jsonb(sent if variant in ("all", "stored") else {})
             rows.append((uuid7(), run_id, 1, now, now, 200, "", "", 3, "ok", stored, "host:1234:abcdef"))
         backend, client = own_cpu(pid), time.process_time()
         for start in range(0, runs, 50):
@@ -213,7 +224,7 @@ def attempts(variant: str, runs: int, dsn: str = BENCH_DSN) -> dict:
         backend, client = own_cpu(pid) - backend, time.process_time() - client
         size = conn.execute("SELECT pg_total_relation_size('bench_attempts')").fetchone()[0]
         conn.execute("DROP TABLE bench_attempts")
-    return {"variant": variant, "backend": backend * 1e6 / runs, "client": client * 1e6 / runs, "mb": size / 2**20}
+    return {"variant": variant, "backend": backend * 1e6 / runs, "client": client * 1e6 / runs, "bytes": size}
 
 
 def main() -> None:
@@ -233,7 +244,7 @@ def main() -> None:
         for variant in args.variants.split(","):
             log(f"row designs: {variant}, {runs:,} runs, round {round_ + 1}")
             lives.append(life(variant, runs))
-        for variant in ("headers", "none"):
+        for variant in ("all", "stored", "none"):
             copies.append(attempts(variant, runs))
     report.add(
         f"{runs:,} runs per variant, {args.rounds} rounds interleaved; PostgreSQL backend CPU per run, µs "
@@ -257,8 +268,8 @@ def main() -> None:
     report.add("\nAn attempt's COPY, 50 per transaction (µs per attempt; client = this process's CPU):\n")
     report.add(
         table(
-            ["request headers", "backend", "client", "table + indexes MB"],
-            [[r["variant"], f"{r['backend']:.1f}", f"{r['client']:.1f}", f"{r['mb']:.0f}"] for r in copies],
+            ["request headers", "backend", "client", "bytes per attempt (table + indexes)"],
+            [[r["variant"], f"{r['backend']:.1f}", f"{r['client']:.1f}", f"{r['bytes'] / runs:.0f}"] for r in copies],
         )
     )
     report.save()

@@ -19,6 +19,7 @@ from uuid6 import uuid7
 from apps.core import tracing
 from apps.core.events import runs_changed
 from apps.core.ids import uuid_text
+from apps.jobs.attempt_headers import derived_headers, utc_text
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
 from apps.jobs.transitions import Event, move, picked
 from apps.tenants.selectors import signing_secrets_by_tenant
@@ -54,13 +55,9 @@ def _why_not_send(run: JobRun) -> str | None:
     return None
 
 
-def _utc_text(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
-
-
 def default_payload(run: JobRun) -> dict:
     """The body sent when a job has none: a Standard Webhooks style event describing the run."""
-    return _run_event(run, uuid_text(run.id), _utc_text(run.scheduled_for))
+    return _run_event(run, uuid_text(run.id), utc_text(run.scheduled_for))
 
 
 def _run_event(run: JobRun, run_id: str, scheduled_for: str) -> dict:
@@ -83,7 +80,7 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
     The run's id and time are turned into text once: `str(UUID)` five times over was ~1.5 % of
     a worker process's CPU in a spike (py-spy --gil, issue #12)."""
     definition = run.definition
-    run_id, scheduled_for = uuid_text(run.id), _utc_text(run.scheduled_for)
+    run_id, scheduled_for = uuid_text(run.id), utc_text(run.scheduled_for)
     body = definition.target_body
     if body is None:
         body = _run_event(run, run_id, scheduled_for)
@@ -94,13 +91,9 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
     if body is not None and not any(name.lower() == "content-type" for name in headers):
         headers["Content-Type"] = "application/json"
     headers.update(
-        {
-            "Idempotency-Key": run_id,
-            "Chime-Run-Id": run_id,
-            "Chime-Job-Id": uuid_text(run.definition_id),
-            "Chime-Attempt": str(run.attempt_count),
-            "Chime-Scheduled-For": scheduled_for,
-        }
+        derived_headers(
+            run_id=run_id, job_id=uuid_text(run.definition_id), attempt=run.attempt_count, scheduled_for=scheduled_for
+        )
     )
     headers.update(webhook_headers(secrets=secrets, msg_id=run_id, timestamp=now, payload=payload))
     span = tracing.delivery_span(run)

@@ -20,6 +20,7 @@ from django.db import connection
 from django.db.models.expressions import RawSQL
 
 from apps.delivery.outcomes import ATTEMPT_COLUMNS
+from apps.jobs.attempt_headers import sent_headers
 from apps.jobs.models import RunAttempt
 from apps.jobs.secrets import redact_headers
 
@@ -86,10 +87,20 @@ def id_set(ids: list):
 def run_records(runs: list[dict]) -> list[dict]:
     """`runs`: dicts of RUN_FIELDS (a .values() query). Adds each run's attempts, by number."""
     attempts = defaultdict(list)
-    rows = RunAttempt.objects.filter(run_id__in=id_set([r["id"] for r in runs])).order_by("run_id", "number")
+    by_id = {run["id"]: run for run in runs}
+    rows = RunAttempt.objects.filter(run_id__in=id_set(by_id)).order_by("run_id", "number")
     for attempt in rows.values("run_id", *ATTEMPT_FIELDS):
         run_id = attempt.pop("run_id")
-        attempt["request_headers"] = redact_headers(attempt["request_headers"] or {})
+        run = by_id[run_id]
+        # As sent (apps/jobs/attempt_headers.py), redacted again by name in case.
+        sent = sent_headers(
+            attempt["request_headers"],
+            run_id=run_id,
+            job_id=run["definition_id"],
+            attempt=attempt["number"],
+            scheduled_for=run["scheduled_for"],
+        )
+        attempt["request_headers"] = redact_headers(sent)
         attempts[run_id].append(attempt)
     return [{"format": FORMAT_VERSION, **run, "attempts": attempts[run["id"]]} for run in runs]
 

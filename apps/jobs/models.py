@@ -11,6 +11,7 @@ from django.db.models import Q
 from apps.core.models import TenantQuerySet, UUIDModel
 from apps.tenants.models import Tenant
 
+from .attempt_headers import attempt_sent_headers
 from .schedules import CronSchedule, DstPolicy
 from .secrets import EncryptedHeadersField, visible_headers
 
@@ -301,3 +302,9 @@ class RunAttempt(UUIDModel):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "number"], name="runattempt_unique_number")]
         ordering = ["number"]
+
+    @property
+    def sent_headers(self) -> dict[str, str]:
+        """The request headers as sent (signature aside, secrets redacted): `request_headers` keeps
+        them less those derived from the run and the attempt's number (apps/jobs/attempt_headers.py)."""
+        return attempt_sent_headers(self)

@@ -64,3 +64,13 @@ def test_the_form_refuses_a_placeholder_with_nothing_stored(owner_client):
 def test_the_form_refuses_a_secret_name_that_is_not_a_header(owner_client):
     response = owner_client.post("/jobs/new/", {**VALID, "secret_header_names": "X-Missing"})
     assert "X-Missing" in " ".join(response.context["form"].errors["secret_header_names"])
+
+
+def test_an_attempt_shows_the_headers_derived_from_its_run(owner_client, secret_job):
+    """The attempt stores its headers less those derived from the run (apps/jobs/attempt_headers.py);
+    the dashboard shows them as sent."""
+    run = make_run(secret_job)
+    RunAttempt.objects.filter(run=run).update(request_headers={"X-Team": "billing", "webhook-timestamp": "1"})
+    html = owner_client.get(f"/runs/{run.id}/attempts/", **HTMX).content.decode()
+    assert f"Chime-Run-Id: {run.id}" in html and f"webhook-id: {run.id}" in html
+    assert "X-Team: billing" in html and "8 headers" in html

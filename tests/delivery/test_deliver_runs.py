@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.delivery.services import deliver_runs
-from apps.jobs.models import JobRun, JobStatus, RunStatus, ScheduleType
+from apps.jobs.models import JobRun, JobStatus, RunAttempt, RunStatus, ScheduleType
 from apps.tenants.models import Membership, Role
 from tests.factories import JobFactory
 from tests.support.receiver import Reply
@@ -52,7 +52,33 @@ def test_it_sends_a_signed_standard_webhook_with_chime_headers(job, receiver):
     attempt = run.attempts.get()
     assert attempt.response_excerpt == "ok"
     assert "webhook-signature" not in attempt.request_headers
-    assert attempt.request_headers["Idempotency-Key"] == str(run.id)
+
+
+def test_the_attempt_stores_what_is_not_derived_and_shows_exactly_what_was_sent(job, receiver, api):
+    """apps/jobs/attempt_headers.py: the six headers derived from the run and the attempt's number
+    are not stored, and every surface that shows an attempt (the model, the API, the archives)
+    shows them as the receiver got them."""
+    from apps.history.archive import RUN_FIELDS, run_records
+
+    job.target_headers = {"X-Team": "billing"}
+    job.save()
+    run = queued_run(job, scheduled_for=datetime(2026, 11, 29, 2, 0, 0, 123456, tzinfo=UTC))
+    deliver_runs([str(run.id)])
+    (delivery,) = receiver.received()
+    attempt = RunAttempt.objects.get(run=run)
+    derived = {"idempotency-key", "chime-run-id", "chime-job-id", "chime-attempt", "chime-scheduled-for", "webhook-id"}
+    assert not derived & {name.lower() for name in attempt.request_headers}  # not stored ...
+    shown = {name.lower(): value for name, value in attempt.sent_headers.items()}
+    assert derived < set(shown)  # ... but shown, as the receiver got them, with everything else Chime sent
+    assert shown == {name: delivery.headers[name] for name in shown}
+    chime_sent = {n for n in delivery.headers if n.startswith(("chime-", "webhook-")) or n in derived}
+    assert chime_sent - {"webhook-signature"} <= set(shown)
+    assert shown["chime-scheduled-for"] == "2026-11-29T02:00:00.123456Z"
+    assert shown["x-team"] == "billing"
+    (api_attempt,) = api.get(f"/api/v1/runs/{run.id}").json()["attempts"]
+    assert {name.lower(): value for name, value in api_attempt["request_headers"].items()} == shown
+    (record,) = run_records(list(JobRun.objects.filter(id=run.id).values(*RUN_FIELDS)))
+    assert {name.lower(): value for name, value in record["attempts"][0]["request_headers"].items()} == shown
 
 
 def test_a_run_not_queued_is_not_sent(job, receiver):

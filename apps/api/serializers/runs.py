@@ -28,8 +28,9 @@ class AttemptSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField()))
     def get_request_headers(self, attempt: RunAttempt) -> dict:
-        """Stored redacted already (apps/delivery/outcomes.py); redacted again by name in case."""
-        return redact_headers(attempt.request_headers)
+        """As sent (RunAttempt.sent_headers); stored redacted already (apps/delivery/outcomes.py),
+        redacted again by name in case."""
+        return redact_headers(attempt.sent_headers)
 
 
 # Inline, not a $ref: in OpenAPI 3.0 `nullable` next to `allOf: [$ref]` does not make the referenced
