@@ -13,7 +13,14 @@ stripped attempt, or one the lease sweep wrote for a lost worker) records no req
 nothing back. Attempts stored before this rule kept all their headers; putting back a header that
 is already there changes nothing.
 
-`derived_headers` is also what apps/delivery/preparing.py sends, so the two sides cannot drift.
+Five of the six are sent from `derived_headers` (apps/delivery/preparing.py); the sixth,
+`webhook-id`, is the message id build_request gives the Standard Webhooks signer, the run's id.
+tests/delivery/test_deliver_runs.py checks every header shown against what a real receiver got,
+so a change to what is sent that this module does not follow fails there (a header shown but no
+longer sent, or sent with another value).
+
+Shown headers come in the stored mapping's order (jsonb's, not the wire's: it never was), the
+six put back after them.
 """
 
 from datetime import datetime
