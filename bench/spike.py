@@ -250,7 +250,9 @@ def run_once(
         deliveries = receiver.deliveries()  # stops the receiver
         # Measured again once Chime's processes are gone: not the goal's denominator (that stays
         # the one measured before, as the issue states it), but how far the machine itself moved
-        # during the run; on a shared machine the ceiling drifts by a tenth within minutes.
+        # during the run; on a shared machine the ceiling drifts by a tenth within minutes. It
+        # shares the cores with PostgreSQL's autovacuum and checkpointer working through the
+        # spike's writes, so it reads a few percent low by itself (2-12 %, docs/benchmarks.md).
         result["ceiling_after"] = _ceiling()
     with pg_connect() as conn:
         result["stage_lags"] = stage_lags(conn, scope)
@@ -394,7 +396,8 @@ def report(results: list[dict], args, rep: Report) -> None:
         "\nScaling: runs/s = N / all delivered; raw ceiling = raw aiohttp to a receiver like the spike's, 200 "
         "in flight, median of three bursts measured before the variant's load (issue #12's goal: >= 0.5 of it); "
         "ceiling after = the same, measured again once the variant's processes stopped (how far the machine "
-        "drifted during the run; not the goal's denominator); "
+        "drifted during the run, not the goal's denominator; PostgreSQL's autovacuum of the spike's rows runs "
+        "meanwhile, so it reads a few percent low by itself); "
         "CPU per delivered run "
         "in ms, from /proc between T and the end: PostgreSQL = the backends of the bench database only "
         "(pg_stat_activity; the server's other databases and background writers not counted), all postgres = "
