@@ -19,7 +19,7 @@ from apps.core import tracing
 from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
 from apps.core.logs import log_fields
-from apps.jobs.attempt_headers import stored_headers
+from apps.jobs.attempt_headers import stored_headers, without_derivable
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus
 from apps.jobs.secrets import redact_headers
 from apps.jobs.transitions import Event, move, picked, succeed_mine
@@ -109,14 +109,19 @@ def attempt_row(
     else:
         error, excerpt = verdict.error, response.body_excerpt
         sent = {k: v for k, v in request.headers.items() if k.lower() != SIGNATURE_HEADER}
-        # Less the headers derived from the run and its attempt number (apps/jobs/attempt_headers.py).
-        headers = stored_headers(
-            redact_headers(sent, run.definition.secret_header_names),
-            run_id=run.id,
-            job_id=run.definition_id,
-            attempt=run.attempt_count,
-            scheduled_for=run.scheduled_for,
-        )
+        # Less the headers derived from the run and its attempt number (apps/jobs/attempt_headers.py),
+        # as build_request made them when it did.
+        headers = redact_headers(sent, run.definition.secret_header_names)
+        if request.derivable is not None:
+            headers = without_derivable(headers, request.derivable)
+        else:
+            headers = stored_headers(
+                headers,
+                run_id=run.id,
+                job_id=run.definition_id,
+                attempt=run.attempt_count,
+                scheduled_for=run.scheduled_for,
+            )
     return Attempt(
         id=uuid7(),
         run_id=run.id,

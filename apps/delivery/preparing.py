@@ -19,7 +19,7 @@ from uuid6 import uuid7
 from apps.core import tracing
 from apps.core.events import runs_changed
 from apps.core.ids import uuid_text
-from apps.jobs.attempt_headers import derived_headers, utc_text
+from apps.jobs.attempt_headers import derivable_headers, utc_text
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
 from apps.jobs.transitions import Event, move, picked
 from apps.tenants.selectors import signing_secrets_by_tenant
@@ -90,11 +90,12 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
     headers = dict(definition.target_headers)
     if body is not None and not any(name.lower() == "content-type" for name in headers):
         headers["Content-Type"] = "application/json"
-    headers.update(
-        derived_headers(
-            run_id=run_id, job_id=uuid_text(run.definition_id), attempt=run.attempt_count, scheduled_for=scheduled_for
-        )
+    # Chime's headers that follow from the run; `webhook-id` among them, which the signer sets
+    # again to the same value in the same place. Kept with the request for recording its attempt.
+    derivable = derivable_headers(
+        run_id=run_id, job_id=uuid_text(run.definition_id), attempt=run.attempt_count, scheduled_for=scheduled_for
     )
+    headers.update(derivable)
     headers.update(webhook_headers(secrets=secrets, msg_id=run_id, timestamp=now, payload=payload))
     span = tracing.delivery_span(run)
     # W3C trace context: the run is the trace (its id is the trace id), this attempt the parent.
@@ -107,6 +108,7 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
         body=payload,
         timeout_seconds=definition.timeout_seconds,
         span=span,
+        derivable=derivable,
     )
 
 

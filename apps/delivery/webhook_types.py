@@ -36,6 +36,9 @@ class WebhookRequest:
     # The attempt's OpenTelemetry span (apps/core/tracing.py), ended when its outcome is recorded;
     # None when tracing is off.
     span: object = field(default=None, repr=False, compare=False)
+    # The headers the attempt need not store, as build_request made them
+    # (apps/jobs/attempt_headers.py derivable_headers); None: worked out again when recorded.
+    derivable: dict | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Programming errors fail loudly here, not as a delivery failure.

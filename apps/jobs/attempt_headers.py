@@ -13,8 +13,8 @@ stripped attempt, or one the lease sweep wrote for a lost worker) records no req
 nothing back. Attempts stored before this rule kept all their headers; putting back a header that
 is already there changes nothing.
 
-Five of the six are sent from `derived_headers` (apps/delivery/preparing.py); the sixth,
-`webhook-id`, is the message id build_request gives the Standard Webhooks signer, the run's id.
+All six are sent from `derivable_headers` (apps/delivery/preparing.py); the signer sets
+`webhook-id` again, to the same value (the message id build_request gives it, the run's id).
 tests/delivery/test_deliver_runs.py checks every header shown against what a real receiver got,
 so a change to what is sent that this module does not follow fails there (a header shown but no
 longer sent, or sent with another value).
@@ -45,19 +45,30 @@ def derived_headers(*, run_id: str, job_id: str, attempt: int, scheduled_for: st
     }
 
 
+def derivable_headers(*, run_id: str, job_id: str, attempt: int, scheduled_for: str) -> dict[str, str]:
+    """Every header `sent_headers` puts back, from the texts build_request sends: the derived
+    ones and `webhook-id`. The worker keeps it with the request (WebhookRequest.derivable), so
+    recording the attempt does not turn the ids and the time into text a second time."""
+    return {
+        **derived_headers(run_id=run_id, job_id=job_id, attempt=attempt, scheduled_for=scheduled_for),
+        "webhook-id": run_id,
+    }
+
+
 def _derivable(run_id, job_id, attempt: int, scheduled_for: datetime) -> dict[str, str]:
-    run_text = uuid_text(run_id)
-    derived = derived_headers(
-        run_id=run_text, job_id=uuid_text(job_id), attempt=attempt, scheduled_for=utc_text(scheduled_for)
+    return derivable_headers(
+        run_id=uuid_text(run_id), job_id=uuid_text(job_id), attempt=attempt, scheduled_for=utc_text(scheduled_for)
     )
-    derived["webhook-id"] = run_text
-    return derived
+
+
+def without_derivable(sent: dict[str, str], derivable: dict[str, str]) -> dict[str, str]:
+    """`sent` less the headers whose value is exactly the derivable one."""
+    return {name: value for name, value in sent.items() if derivable.get(name) != value}
 
 
 def stored_headers(sent: dict[str, str], *, run_id, job_id, attempt: int, scheduled_for: datetime) -> dict[str, str]:
     """`sent` less the headers `sent_headers` can put back exactly."""
-    derivable = _derivable(run_id, job_id, attempt, scheduled_for)
-    return {name: value for name, value in sent.items() if derivable.get(name) != value}
+    return without_derivable(sent, _derivable(run_id, job_id, attempt, scheduled_for))
 
 
 def sent_headers(stored: dict | None, *, run_id, job_id, attempt: int, scheduled_for: datetime) -> dict[str, str]:
