@@ -2,11 +2,12 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.production")
 
-django_asgi_app = get_asgi_application()
+from apps.core.asgi_handler import get_one_hop_asgi_application
+
+# The middleware chain and the view in one thread hop per request (apps/core/asgi_handler.py).
+django_asgi_app = get_one_hop_asgi_application()
 
 # Imported after Django is set up: they load models.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
