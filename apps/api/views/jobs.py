@@ -25,6 +25,7 @@ from ..serializers.jobs import (
     job_model_fields,
 )
 from ..serializers.runs import RunSerializer
+from ..serializers.shared import shared
 from .base import TenantViewSet, reject_unknown_params
 
 JOB_STATUS_FILTERS = {JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED}
@@ -143,7 +144,7 @@ class JobViewSet(TenantViewSet):
                 raise ValidationError({"q": ["Null characters are not allowed."]})
             jobs = jobs.filter(name__icontains=params["q"])
         page = self.paginate_queryset(jobs)
-        return self.get_paginated_response(JobSerializer(page, many=True).data)
+        return self.get_paginated_response([shared(JobSerializer).to_representation(job) for job in page])
 
     @extend_schema(
         summary="Create a job",
@@ -156,13 +157,13 @@ class JobViewSet(TenantViewSet):
     )
     def create(self, request):
         def produce():
-            serializer = JobInputSerializer(data=request.data)
-            serializer.is_valid(raise_exception=True)
+            # The process's serializers, their fields built once (apps/api/serializers/shared.py).
+            validated = shared(JobInputSerializer).run_validation(request.data)
             try:
-                job = services.job_create(tenant=self.tenant, **serializer.to_model_fields())
+                job = services.job_create(tenant=self.tenant, **job_model_fields(validated))
             except services.InvalidSchedule as error:
                 raise ValidationError({schedule_error_path(error.field): [error.message]}) from error
-            return status.HTTP_201_CREATED, JobSerializer(job).data
+            return status.HTTP_201_CREATED, shared(JobSerializer).to_representation(job)
 
         return respond_idempotently(request, self.tenant, produce)
 
@@ -189,7 +190,7 @@ class JobViewSet(TenantViewSet):
             fields, errors = [], {}
             # One serializer for every item, as DRF's ListField does: building a serializer's
             # fields (a deep copy of the nested declared fields) was 40 % of a batch job's CPU.
-            validator = JobInputSerializer()
+            validator = shared(JobInputSerializer)
             for index, item in enumerate(items):
                 try:
                     validated = validator.run_validation(item)
@@ -206,7 +207,7 @@ class JobViewSet(TenantViewSet):
                 except batch.BatchInvalid as invalid:
                     problems = invalid.errors
                 else:
-                    return status.HTTP_201_CREATED, {"jobs": JobSerializer(jobs, many=True).data}
+                    return status.HTTP_201_CREATED, {"jobs": [shared(JobSerializer).to_representation(j) for j in jobs]}
             for position, found in problems.items():
                 for problem in found:
                     path = f"jobs.{fields[position][0]}.{batch_item_field(problem)}"
