@@ -12,7 +12,7 @@ from apps.core.events import runs_changed_on_commit
 from apps.tenants import quotas
 from apps.tenants.models import Tenant
 
-from .models import JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
+from .models import LIVE_EXCLUDED, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
 from .planning import insert_run_rows, insert_runs, plan_definition, run_rows_from_plan, schedule_problem
 from .transitions import TRANSITIONS, Event, move
 
@@ -60,9 +60,6 @@ def _live_jobs_locked(tenant_id) -> int:
         cursor.execute(_LOCK_AND_COUNT_SQL, [tenant_id, tenant_id, *LIVE_EXCLUDED])
         cursor.nextset()
         return cursor.fetchone()[0]
-
-
-LIVE_EXCLUDED = (JobStatus.DELETED.value, JobStatus.COMPLETED.value)
 
 
 def _check_retry_policy(tenant, fields: dict) -> None:
