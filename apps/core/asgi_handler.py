@@ -5,7 +5,8 @@ handler the chain is built in async mode: every `MiddlewareMixin` that can run b
 `process_request` and `process_response` through `sync_to_async` (one thread hop each), a
 sync-only middleware (WhiteNoise, HealthMiddleware) switches back with `async_to_sync`, and the
 view is one more hop. A `POST /api/v1/jobs` crossed between the event loop and its thread 17
-times (16 to the thread, one back), for nothing: no part of the chain awaits anything. Here: 2.
+times (16 to the thread, one back), for nothing: no part of the chain awaits anything. Here: 3
+(the request_started signal's receivers, the chain with its view, closing the response).
 
 Here the chain is built as under WSGI (`load_middleware(is_async=False)`: no adapters at all) and
 run whole in one `sync_to_async` call, in the request's own thread-sensitive context as Django

@@ -9,7 +9,7 @@ from rest_framework.exceptions import ValidationError
 
 from apps.api.errors import flatten_errors
 from apps.api.serializers.jobs import JobInputSerializer, JobSerializer, job_model_fields
-from apps.api.serializers.shared import shared
+from apps.api.serializers.shared import shared, validated
 from apps.jobs.services import job_create
 
 CRON = {
@@ -32,6 +32,7 @@ BAD = [
     [CRON],
     "a string",
     {},
+    None,  # a body of JSON null: "No data provided", as is_valid words it
 ]
 
 
@@ -44,7 +45,7 @@ def _fresh(data):
 
 def _shared(data):
     try:
-        return "valid", job_model_fields(shared(JobInputSerializer).run_validation(data))
+        return "valid", job_model_fields(validated(JobInputSerializer, data))
     except ValidationError as error:
         return "invalid", json.loads(json.dumps(error.detail))
 
@@ -102,10 +103,32 @@ def test_threads_at_once_each_get_their_own_answer():
     assert expected[1][1]["name"] == "job-1" and expected[3][1]["name"] == "job-3"
 
 
-@pytest.mark.parametrize("body", [CRON, BAD[0], BAD[1], BAD[4]])
+def test_a_null_body_is_no_data_provided():
+    assert _shared(None) == ("invalid", {"non_field_errors": ["No data provided"]}) == _fresh(None)
+
+
+def test_creates_build_no_serializer(api, monkeypatch):
+    """After the first create, the endpoint builds no JobInputSerializer and no JobSerializer:
+    it validates and answers through the shared instances."""
+    assert api.post("/api/v1/jobs", CRON, format="json").status_code == 201
+    built = []
+    for cls in (JobInputSerializer, JobSerializer):
+        original = cls.__init__
+
+        def counted(self, *args, _original=original, **kwargs):
+            built.append(type(self))
+            _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", counted)
+    for n in range(3):
+        assert api.post("/api/v1/jobs", {**CRON, "name": f"again-{n}"}, format="json").status_code == 201
+    assert built == []
+
+
+@pytest.mark.parametrize("body", [CRON, BAD[0], BAD[1], BAD[4], None])
 def test_create_over_http_answers_as_before(api, body):
     """The endpoint's status and field errors are those of a fresh serializer's verdict."""
-    response = api.post("/api/v1/jobs", body, format="json")
+    response = api.post("/api/v1/jobs", json.dumps(body), content_type="application/json")
     verdict, detail = _fresh(body)
     if verdict == "valid":
         assert response.status_code == 201

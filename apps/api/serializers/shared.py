@@ -17,6 +17,8 @@ validation and output read nothing from `context` belong here (JobInputSerialize
 import threading
 
 from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.settings import api_settings
 
 _instances: dict[type, serializers.Serializer] = {}
 _lock = threading.Lock()
@@ -33,3 +35,19 @@ def shared(serializer_class: type[serializers.Serializer]) -> serializers.Serial
                 _ = instance.fields  # bound now, before any request reads them
                 _instances[serializer_class] = instance
     return instance
+
+
+def validated(serializer_class: type[serializers.Serializer], data) -> dict:
+    """`serializer_class(data=data).is_valid(raise_exception=True)`'s validated data, through the
+    shared instance, with the same error for every input. `is_valid` words one case its own way
+    (`Serializer.errors`): a body of JSON `null` is "No data provided", not the field's "This
+    field may not be null."; that is kept here."""
+    try:
+        return shared(serializer_class).run_validation(data)
+    except ValidationError as error:
+        detail = error.detail
+        if isinstance(detail, list) and len(detail) == 1 and getattr(detail[0], "code", None) == "null":
+            raise ValidationError(
+                {api_settings.NON_FIELD_ERRORS_KEY: [ErrorDetail("No data provided", code="null")]}
+            ) from error
+        raise

@@ -25,7 +25,7 @@ from ..serializers.jobs import (
     job_model_fields,
 )
 from ..serializers.runs import RunSerializer
-from ..serializers.shared import shared
+from ..serializers.shared import shared, validated
 from .base import TenantViewSet, reject_unknown_params
 
 JOB_STATUS_FILTERS = {JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED}
@@ -158,9 +158,9 @@ class JobViewSet(TenantViewSet):
     def create(self, request):
         def produce():
             # The process's serializers, their fields built once (apps/api/serializers/shared.py).
-            validated = shared(JobInputSerializer).run_validation(request.data)
+            fields = job_model_fields(validated(JobInputSerializer, request.data))
             try:
-                job = services.job_create(tenant=self.tenant, **job_model_fields(validated))
+                job = services.job_create(tenant=self.tenant, **fields)
             except services.InvalidSchedule as error:
                 raise ValidationError({schedule_error_path(error.field): [error.message]}) from error
             return status.HTTP_201_CREATED, shared(JobSerializer).to_representation(job)
@@ -193,11 +193,11 @@ class JobViewSet(TenantViewSet):
             validator = shared(JobInputSerializer)
             for index, item in enumerate(items):
                 try:
-                    validated = validator.run_validation(item)
+                    checked = validator.run_validation(item)
                 except ValidationError as error:
                     errors.update(flatten_errors(error.detail, f"jobs.{index}"))
                 else:
-                    fields.append((index, job_model_fields(validated)))
+                    fields.append((index, job_model_fields(checked)))
             valid = [f for _, f in fields]
             if errors:  # the other items' own problems too, so that one 400 lists them all
                 problems = batch.batch_item_errors(tenant=self.tenant, items=valid)
