@@ -23,8 +23,13 @@ An async view would still work (`_get_response` runs it with `async_to_sync`), a
 the hop back to the loop; Chime has none.
 """
 
+import tempfile
+
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpResponse, JsonResponse
 
 
 class OneHopASGIHandler(ASGIHandler):
@@ -33,6 +38,71 @@ class OneHopASGIHandler(ASGIHandler):
 
     async def get_response_async(self, request):
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+    async def read_body(self, receive):
+        """Django's, but nothing past the largest body Chime accepts is kept.
+
+        Django's own spools the whole body to a temporary file before any limit is checked (the
+        limits are checked when the body is parsed): a client could fill the web's disk with one
+        request. Past `body_cap()` the rest is received and dropped, so the client still gets a
+        clean 413 instead of a reset connection mid-send."""
+        # Closed here on every early exit, else by Django's handle() with the request.
+        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")  # noqa: SIM115
+        cap, size = body_cap(), 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                body_file.close()
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if cap is None or size <= cap:
+                body_file.write(chunk)
+            if not message.get("more_body", False):
+                break
+        if cap is not None and size > cap:
+            body_file.close()
+            return Oversized()
+        body_file.seek(0)
+        return body_file
+
+    def create_request(self, scope, body_file):
+        """A body too large is refused (413, in the API's error format under /api/); a body that
+        came without Content-Length (`Transfer-Encoding: chunked`, which the server has already
+        joined) gets its length, which DRF needs: without it DRF reads the body as empty, and a
+        chunked POST /api/v1/jobs was answered "name: This field is required."."""
+        if isinstance(body_file, Oversized):
+            return None, too_large(scope)
+        if not any(name == b"content-length" for name, _ in scope.get("headers", [])):
+            size = body_file.seek(0, 2)
+            body_file.seek(0)
+            if size:
+                scope = {**scope, "headers": [*scope.get("headers", []), (b"content-length", str(size).encode())]}
+        return super().create_request(scope, body_file)
+
+
+class Oversized:
+    """What read_body returns for a body past the cap: nothing kept, nothing to close."""
+
+    def close(self) -> None:
+        pass
+
+
+def body_cap() -> int | None:
+    """The largest request body any endpoint accepts: a batch of jobs (CHIME_API_MAX_BATCH_BODY_BYTES)
+    or any other request (DATA_UPLOAD_MAX_MEMORY_SIZE, which Django and the API parsers check)."""
+    limits = [settings.DATA_UPLOAD_MAX_MEMORY_SIZE, settings.CHIME_API_MAX_BATCH_BODY_BYTES]
+    return None if None in limits else max(limits)
+
+
+def too_large(scope) -> HttpResponse:
+    message = (
+        f"Request bodies are limited to {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes "
+        f"({settings.CHIME_API_MAX_BATCH_BODY_BYTES} for POST /api/v1/jobs/batch)."
+    )
+    if scope.get("path", "").startswith("/api/"):
+        return JsonResponse({"error": {"code": "too_large", "message": message}}, status=413)
+    return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
 
 
 def get_one_hop_asgi_application() -> OneHopASGIHandler:
