@@ -8,18 +8,14 @@ Through the Procfile's server (uvicorn, config.asgi), because the body is read b
 
 import http.client
 import json
-import sys
 import tempfile
-import time
-import urllib.request
 
 import pytest
 from django.conf import settings
 
 from apps.jobs.models import JobDefinition
 from apps.tenants.services import api_key_create
-from tests.dashboard.browser import free_port
-from tests.support.processes import Process, process_env
+from tests.support.processes import uvicorn_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,23 +27,9 @@ JOB = {
 
 
 @pytest.fixture(scope="module")
-def web():
-    port = free_port()
-    args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-    process = Process("web-bodies", args, process_env())
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
-            except OSError:
-                if process.popen.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"web did not start:\n{process.log()[-3000:]}") from None
-                time.sleep(0.2)
+def web(django_db_setup):  # after the test database is set up: the server is pointed at it
+    with uvicorn_web("web-bodies") as port:
         yield port
-    finally:
-        process.stop()
 
 
 def _post(port: int, path: str, key: str, parts, *, chunked: bool) -> tuple[int, dict]:

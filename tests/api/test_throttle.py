@@ -6,18 +6,15 @@ Redis) from 16 threads over 3 keys of one tenant against 300/min: a per-key budg
 """
 
 import http.client
-import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 import redis
 from django.conf import settings
 
 from apps.tenants.services import api_key_create
-from tests.dashboard.browser import free_port
-from tests.support.processes import Process, process_env
+from tests.support.processes import uvicorn_web
 
 THREADS, KEYS, REQUESTS_PER_THREAD = 16, 3, 40  # 640 requests, well within one minute
 LIMIT = 300
@@ -33,23 +30,8 @@ def clean_limits():
 @pytest.fixture
 def web():
     """uvicorn with 2 worker processes; the API limit 300/min for every tenant."""
-    port = free_port()
-    args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
-    args += ["--port", str(port), "--workers", "2"]
-    process = Process("web-throttle", args, process_env(CHIME_API_RATE_LIMIT=f"{LIMIT}/min"))
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
-            except OSError:
-                if process.popen.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"web did not start:\n{process.log()[-3000:]}") from None
-                time.sleep(0.2)
+    with uvicorn_web("web-throttle", workers=2, CHIME_API_RATE_LIMIT=f"{LIMIT}/min") as port:
         yield port
-    finally:
-        process.stop()
 
 
 def get(conn: http.client.HTTPConnection, key: str, path: str = "/api/v1/jobs"):
