@@ -9,6 +9,7 @@ from rest_framework.exceptions import ValidationError
 
 from apps.api.errors import flatten_errors
 from apps.api.serializers.jobs import JobInputSerializer, JobSerializer, job_model_fields
+from apps.api.serializers.runs import RunSerializer
 from apps.api.serializers.shared import shared, validated
 from apps.jobs.services import job_create
 
@@ -136,3 +137,24 @@ def test_create_over_http_answers_as_before(api, body):
     else:
         assert response.status_code == 400
         assert response.json()["error"]["fields"] == flatten_errors(detail)
+
+
+def test_runs_answer_as_a_fresh_serializer(api, tenant):
+    """A run's trigger, cancel and the run list show it as RunSerializer(run).data did."""
+    from apps.jobs.models import JobRun
+
+    job = api.post("/api/v1/jobs", CRON, format="json").json()
+    triggered = api.post(f"/api/v1/jobs/{job['id']}/trigger")
+    assert triggered.status_code == 201
+    run = JobRun.objects.get(id=triggered.json()["id"])
+    assert triggered.json() == as_json(RunSerializer(run).data)
+    cancelled = api.post(f"/api/v1/runs/{run.id}/cancel")
+    assert cancelled.status_code == 200
+    run.refresh_from_db()
+    assert cancelled.json() == as_json(RunSerializer(run).data) and cancelled.json()["status"] == "cancelled"
+    listed = api.get(f"/api/v1/jobs/{job['id']}/runs").json()["results"]
+    assert listed == [as_json(RunSerializer(run).data)]
+
+
+def as_json(data):
+    return json.loads(json.dumps(data))

@@ -11,7 +11,9 @@ fields are read, never written, by `run_validation(data)` (which returns the val
 DRF's ListField does with its `child` for every item) and `to_representation(obj)`. So one
 instance, with its fields built once, serves every request and every thread. Only classes whose
 validation and output read nothing from `context` belong here (JobInputSerializer reads
-`context["job"]` for an update only: updates build their own).
+`context["job"]` for an update only: updates build their own). Used by apps/api/views/jobs.py
+and runs.py: job create, batch and list; a run's trigger, cancel, replay, the run lists and a
+backfill's runs.
 """
 
 import threading

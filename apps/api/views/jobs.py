@@ -301,7 +301,7 @@ class JobViewSet(TenantViewSet):
             run = services.job_trigger(job=self.job())
         except services.JobActionError as error:
             return conflict(error)
-        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+        return Response(shared(RunSerializer).to_representation(run), status=status.HTTP_201_CREATED)
 
     @extend_schema(
         summary="Backfill past occurrences",
@@ -325,7 +325,7 @@ class JobViewSet(TenantViewSet):
             {
                 "created": len(result.created),
                 "existing": result.existing,
-                "runs": RunSerializer(result.created, many=True).data,
+                "runs": [shared(RunSerializer).to_representation(run) for run in result.created],
             },
             status=status.HTTP_201_CREATED,
         )
@@ -340,4 +340,4 @@ class JobViewSet(TenantViewSet):
         reject_unknown_params(request, {"cursor", "limit"})
         runs = selectors.job_runs(job=self.job())
         page = self.paginate_queryset(runs)
-        return self.get_paginated_response(RunSerializer(page, many=True).data)
+        return self.get_paginated_response([shared(RunSerializer).to_representation(run) for run in page])

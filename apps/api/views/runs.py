@@ -10,6 +10,7 @@ from apps.jobs.models import JobRun
 from ..pagination import IdCursorPagination
 from ..schema import ERRORS
 from ..serializers.runs import RunDetailSerializer, RunFilterSerializer, RunQuerySerializer, RunSerializer
+from ..serializers.shared import shared
 from .base import TenantViewSet
 from .jobs import conflict
 
@@ -42,7 +43,7 @@ class RunViewSet(TenantViewSet):
         filters = RunQuerySerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         page = self.paginate_queryset(filters.apply(selectors.run_list(tenant=self.tenant)))
-        return self.get_paginated_response(RunSerializer(page, many=True).data)
+        return self.get_paginated_response([shared(RunSerializer).to_representation(run) for run in page])
 
     @extend_schema(
         summary="Get a run",
@@ -65,7 +66,7 @@ class RunViewSet(TenantViewSet):
             run = services.run_cancel(run=self.run())
         except services.JobActionError as error:
             return conflict(error)
-        return Response(RunSerializer(run).data)
+        return Response(shared(RunSerializer).to_representation(run))
 
     @extend_schema(
         summary="Replay a failed run",
@@ -80,7 +81,7 @@ class RunViewSet(TenantViewSet):
             run = services.run_replay(run=self.run())
         except services.JobActionError as error:
             return conflict(error)
-        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+        return Response(shared(RunSerializer).to_representation(run), status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         operation_id="runs_replay_many",
