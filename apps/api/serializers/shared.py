@@ -39,6 +39,13 @@ def shared(serializer_class: type[serializers.Serializer]) -> serializers.Serial
     return instance
 
 
+def shown(serializer_class: type[serializers.Serializer], items) -> list:
+    """Each of `items` as the shared instance of `serializer_class` shows it (what
+    `serializer_class(items, many=True).data` gives, without building a serializer)."""
+    serializer = shared(serializer_class)
+    return [serializer.to_representation(item) for item in items]
+
+
 def validated(serializer_class: type[serializers.Serializer], data) -> dict:
     """`serializer_class(data=data).is_valid(raise_exception=True)`'s validated data, through the
     shared instance, with the same error for every input. `is_valid` words one case its own way

@@ -25,7 +25,7 @@ from ..serializers.jobs import (
     job_model_fields,
 )
 from ..serializers.runs import RunSerializer
-from ..serializers.shared import shared, validated
+from ..serializers.shared import shared, shown, validated
 from .base import TenantViewSet, reject_unknown_params
 
 JOB_STATUS_FILTERS = {JobStatus.ACTIVE, JobStatus.PAUSED, JobStatus.COMPLETED}
@@ -144,7 +144,7 @@ class JobViewSet(TenantViewSet):
                 raise ValidationError({"q": ["Null characters are not allowed."]})
             jobs = jobs.filter(name__icontains=params["q"])
         page = self.paginate_queryset(jobs)
-        return self.get_paginated_response([shared(JobSerializer).to_representation(job) for job in page])
+        return self.get_paginated_response(shown(JobSerializer, page))
 
     @extend_schema(
         summary="Create a job",
@@ -207,7 +207,7 @@ class JobViewSet(TenantViewSet):
                 except batch.BatchInvalid as invalid:
                     problems = invalid.errors
                 else:
-                    return status.HTTP_201_CREATED, {"jobs": [shared(JobSerializer).to_representation(j) for j in jobs]}
+                    return status.HTTP_201_CREATED, {"jobs": shown(JobSerializer, jobs)}
             for position, found in problems.items():
                 for problem in found:
                     path = f"jobs.{fields[position][0]}.{batch_item_field(problem)}"
@@ -325,7 +325,7 @@ class JobViewSet(TenantViewSet):
             {
                 "created": len(result.created),
                 "existing": result.existing,
-                "runs": [shared(RunSerializer).to_representation(run) for run in result.created],
+                "runs": shown(RunSerializer, result.created),
             },
             status=status.HTTP_201_CREATED,
         )
@@ -340,4 +340,4 @@ class JobViewSet(TenantViewSet):
         reject_unknown_params(request, {"cursor", "limit"})
         runs = selectors.job_runs(job=self.job())
         page = self.paginate_queryset(runs)
-        return self.get_paginated_response([shared(RunSerializer).to_representation(run) for run in page])
+        return self.get_paginated_response(shown(RunSerializer, page))

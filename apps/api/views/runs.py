@@ -10,7 +10,7 @@ from apps.jobs.models import JobRun
 from ..pagination import IdCursorPagination
 from ..schema import ERRORS
 from ..serializers.runs import RunDetailSerializer, RunFilterSerializer, RunQuerySerializer, RunSerializer
-from ..serializers.shared import shared
+from ..serializers.shared import shared, shown
 from .base import TenantViewSet
 from .jobs import conflict
 
@@ -43,7 +43,7 @@ class RunViewSet(TenantViewSet):
         filters = RunQuerySerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         page = self.paginate_queryset(filters.apply(selectors.run_list(tenant=self.tenant)))
-        return self.get_paginated_response([shared(RunSerializer).to_representation(run) for run in page])
+        return self.get_paginated_response(shown(RunSerializer, page))
 
     @extend_schema(
         summary="Get a run",
