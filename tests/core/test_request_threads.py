@@ -1,0 +1,161 @@
+"""The web's request threads (apps/core/asgi_handler.py, RequestThreads): a request's synchronous
+parts run in one thread of its own, kept for the next request once it is idle, never shared by two
+requests at once, and never a cap on how many requests run at once.
+
+Requests go through the real handler (asgiref.testing.ApplicationCommunicator) with a URLconf of
+this module's views, which say which thread ran them."""
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from django.core.signals import request_finished
+from django.db import connection
+from django.http import JsonResponse
+from django.test import override_settings
+from django.urls import path
+
+from apps.core.asgi_handler import OneHopASGIHandler, RequestThreads
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AT_ONCE = 6
+together = threading.Barrier(AT_ONCE, timeout=10)
+held = threading.Event()
+holding = threading.Event()
+_mark = threading.local()
+
+
+def thread_mark() -> str:
+    """This thread's own name for itself: unlike `threading.get_ident()`, which the system gives
+    again to a thread started after another ended, no later thread has it."""
+    if not hasattr(_mark, "name"):
+        _mark.name = uuid.uuid4().hex
+    return _mark.name
+
+
+def where(request):
+    """The thread that ran the view (which used the database, as a view does)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return JsonResponse({"thread": thread_mark()})
+
+
+def all_at_once(request):
+    together.wait()  # breaks (BrokenBarrierError, a 500) unless AT_ONCE views run at the same time
+    return where(request)
+
+
+def hold(request):
+    holding.set()
+    held.wait(10)
+    return where(request)
+
+
+urlpatterns = [path("where", where), path("together", all_at_once), path("hold", hold)]
+
+
+def _scope(url: str) -> dict:
+    return {
+        "type": "http", "http_version": "1.1", "method": "GET", "path": url, "raw_path": url.encode(),
+        "query_string": b"", "headers": [(b"host", b"localhost")], "scheme": "http",
+        "server": ("localhost", 80), "client": ("127.0.0.1", 5000),
+    }  # fmt: skip
+
+
+async def _get(app, url: str) -> dict:
+    communicator = ApplicationCommunicator(app, _scope(url))
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(10)
+    body = await communicator.receive_output(10)
+    await communicator.wait(10)
+    assert start["status"] == 200, body
+    return json.loads(body["body"])
+
+
+@pytest.fixture
+def app():
+    with override_settings(ROOT_URLCONF=__name__):
+        yield OneHopASGIHandler()
+
+
+@pytest.fixture
+def finished_on() -> list:
+    """The threads request_finished ran in (it gives the database connection back)."""
+    threads = []
+    request_finished.connect(lambda **kw: threads.append(thread_mark()), weak=False, dispatch_uid="rt")
+    yield threads
+    request_finished.disconnect(dispatch_uid="rt")
+
+
+def test_one_thread_serves_one_request_after_another(app, finished_on):
+    seen = [asyncio.run(_get(app, "/where")) for _ in range(5)]
+    threads = {answer["thread"] for answer in seen}
+    assert len(threads) == 1  # Django's stock handler starts (and joins) a new one per request
+    assert threads != {thread_mark()}
+    # request_finished ran where the view ran: the view's connection went back to the pool there.
+    assert set(finished_on) == threads
+
+
+def test_requests_at_once_each_get_a_thread_of_their_own(app):
+    async def burst():
+        return await asyncio.gather(*(_get(app, "/together") for _ in range(AT_ONCE)))
+
+    first = asyncio.run(burst())
+    assert len({answer["thread"] for answer in first}) == AT_ONCE
+    # Kept for the next burst: the same threads serve it, and none more is started.
+    assert app.threads.idle() == AT_ONCE
+    second = asyncio.run(burst())
+    assert {answer["thread"] for answer in second} == {answer["thread"] for answer in first}
+
+
+def test_a_busy_thread_is_not_lent_to_another_request(app):
+    held.clear()
+    holding.clear()
+
+    async def scenario():
+        slow = asyncio.ensure_future(_get(app, "/hold"))
+        await asyncio.to_thread(holding.wait, 10)
+        quick = await _get(app, "/where")  # must not wait behind the held view
+        assert not slow.done()
+        held.set()
+        return await slow, quick
+
+    slow, quick = asyncio.run(scenario())
+    assert slow["thread"] != quick["thread"]
+    assert app.threads.idle() == 2
+
+
+def test_a_thread_comes_back_only_once_idle():
+    threads = RequestThreads(keep=4)
+    thread = threads.lend()
+    gate = threading.Event()
+    running = thread.submit(gate.wait, 10)  # a call its request left behind (the client went away)
+    thread.give_back()
+    assert threads.idle() == 0  # still busy: not lent to anyone
+    gate.set()
+    running.result(10)
+    deadline = time.monotonic() + 10
+    while threads.idle() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threads.idle() == 1
+    assert threads.lend() is thread
+
+
+def test_idle_threads_past_the_bound_are_shut_down():
+    threads = RequestThreads(keep=2)
+    lent = [threads.lend() for _ in range(4)]
+    for thread in lent:
+        thread.submit(lambda: None).result(10)
+    for thread in lent:
+        thread.give_back()
+    assert threads.idle() == 2
+    kept = [threads.lend(), threads.lend()]
+    assert set(map(id, kept)) == set(map(id, lent[:2]))
+    for thread in lent[2:]:
+        with pytest.raises(RuntimeError):  # shut down: its thread has ended
+            thread.submit(lambda: None)
