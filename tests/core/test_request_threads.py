@@ -3,13 +3,18 @@ parts run in one thread of its own, kept for the next request once it is idle, n
 requests at once, and never a cap on how many requests run at once.
 
 Requests go through the real handler (asgiref.testing.ApplicationCommunicator) with a URLconf of
-this module's views, which say which thread ran them."""
+this module's views, which say which thread ran them; the last test goes through a real uvicorn,
+with bursts and clients that leave before their answer."""
 
 import asyncio
+import http.client
 import json
+import socket
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
@@ -20,6 +25,8 @@ from django.test import override_settings
 from django.urls import path
 
 from apps.core.asgi_handler import OneHopASGIHandler, RequestThreads
+from apps.tenants.services import api_key_create
+from tests.support.processes import uvicorn_process, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,3 +166,56 @@ def test_idle_threads_past_the_bound_are_shut_down():
     for thread in lent[2:]:
         with pytest.raises(RuntimeError):  # shut down: its thread has ended
             thread.submit(lambda: None)
+
+
+# --- Served by uvicorn, as the Procfile runs it --------------------------------------------------
+
+POOL = 3  # the web's database pool for these tests: a connection kept by a request shows at once
+
+
+@pytest.fixture(scope="module")
+def served(django_db_setup):  # after the test database is set up: the server is pointed at it
+    env = {"CHIME_DB_POOL_MAX_SIZE": str(POOL), "CHIME_DB_POOL_TIMEOUT_SECONDS": "5"}
+    with uvicorn_process("web-threads", **env) as (port, process):
+        yield port, process.popen.pid
+
+
+def _threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no thread count")
+
+
+def _list_jobs(port: int, key: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/api/v1/jobs", headers={"Authorization": f"Bearer {key}"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def _walk_away(port: int, key: str) -> None:
+    """A client that sends its request and leaves before the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+
+
+def test_served_threads_stay_bounded_and_connections_go_back(served, tenant):
+    port, pid = served
+    key = api_key_create(tenant=tenant).raw_key
+    assert _list_jobs(port, key) == 200
+    before = _threads_of(pid)  # one request thread kept, the pool's and the server's own
+    with ThreadPoolExecutor(max_workers=40) as clients:
+        for _ in range(3):
+            answers = list(clients.map(lambda _: _list_jobs(port, key), range(40)))
+            assert answers == [200] * 40  # 40 at once through a pool of 3: each gave its connection back
+            list(clients.map(lambda _: _walk_away(port, key), range(20)))
+    # Every request the clients left ended too: the pool has all its connections again, or these
+    # would wait 5 s for one and fail.
+    assert [_list_jobs(port, key) for _ in range(2 * POOL)] == [200] * (2 * POOL)
+    # The burst's threads did not stay: at most twice the pool is kept idle.
+    wait_until(lambda: _threads_of(pid) <= before + 2 * POOL, 10, message="threads back within the bound")

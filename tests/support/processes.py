@@ -123,6 +123,14 @@ def wait_until(condition, timeout: float, interval: float = 0.2, message: str = 
 def uvicorn_web(name: str, *, workers: int = 1, **env: str):
     """config.asgi under a real uvicorn on a free port of 127.0.0.1 (test settings, the tests'
     database), once /healthz answers; yields the port and stops the server after."""
+    with uvicorn_process(name, workers=workers, **env) as (port, _):
+        yield port
+
+
+@contextmanager
+def uvicorn_process(name: str, *, workers: int = 1, **env: str):
+    """As uvicorn_web, yielding the port and the server's Process (with one worker, its pid is
+    the process serving the requests)."""
     import urllib.request
 
     from tests.dashboard.browser import free_port
@@ -142,6 +150,6 @@ def uvicorn_web(name: str, *, workers: int = 1, **env: str):
                 if process.popen.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"web did not start:\n{process.log()[-3000:]}") from None
                 time.sleep(0.2)
-        yield port
+        yield port, process
     finally:
         process.stop()
