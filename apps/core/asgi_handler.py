@@ -1,43 +1,53 @@
-"""Django's ASGI handler with the middleware chain and the view in one thread hop per request.
+"""Django's ASGI handler with everything synchronous in a request done in one thread hop.
 
 Chime's views, its middleware and most of Django's are synchronous. Under Django's stock ASGI
 handler the chain is built in async mode: every `MiddlewareMixin` that can run both ways calls its
 `process_request` and `process_response` through `sync_to_async` (one thread hop each), a
 sync-only middleware (WhiteNoise, HealthMiddleware) switches back with `async_to_sync`, and the
-view is one more hop. A `POST /api/v1/jobs` crossed between the event loop and its thread 17
-times (16 to the thread, one back), for nothing: no part of the chain awaits anything. Here: 3
-(the request_started signal's receivers, the chain with its view, closing the response).
+view is one more hop; the `request_started` signal's receivers and closing the response (the
+`request_finished` signal) are two more. A `POST /api/v1/jobs` crossed between the event loop
+and its thread 17 times, for nothing: no part of it awaits anything.
 
-Here the chain is built as under WSGI (`load_middleware(is_async=False)`: no adapters at all) and
-run whole in one `sync_to_async` call, in the request's own thread-sensitive context as Django
-runs a sync view. Everything else (reading the body, the `request_started` / `request_finished`
-signals, sending the response, a client's disconnect cancelling the request) is Django's
-`ASGIHandler`, unchanged. WebSockets do not come here (config/asgi.py routes them to Channels).
+Here the chain is built as under WSGI (`load_middleware(is_async=False)`: no adapters at all), and
+one `sync_to_async` call does the request's synchronous work in order (`respond`): the
+`request_started` signal, the chain with its view, and, for a response that is not streamed,
+closing it, which sends `request_finished` (it gives the thread's database connection back to the
+pool) just before the bytes go out rather than just after. A streamed response (a static file) is
+closed after it is sent, as Django does, in a second hop. Reading the body, building the request,
+sending the response and listening for the client's disconnect are Django's own. As under
+Django's handler, a view runs to its end when its client leaves (a thread cannot be stopped); what
+is not sent is a streamed response's rest. WebSockets do not come here (config/asgi.py routes them
+to Channels).
 
 Measured with `python -m bench.create --quick --batch-jobs 0 --code <tree> --rounds 2` (the
-Procfile's web, production settings, 16 clients): 9.3 / 8.4 -> 7.4 / 6.5 CPU-ms of the web
-process per created job, 103 / 116 -> 129 / 146 jobs/s (docs/benchmarks.md#create-jobs-through-the-api).
-tests/core/test_asgi_handler.py counts the hops of a request through config.asgi.
+Procfile's web, production settings, 16 clients): the chain in one hop took 9.3 / 8.4 -> 7.4 / 6.5
+CPU-ms of the web process per created job; the signals and the close in the same hop, and the
+kept threads below: docs/benchmarks.md (issue #12, sixteenth session, `python -m bench.web`).
+tests/core/test_asgi_handler.py counts the hops of a request through config.asgi and compares the
+answers with Django's handler.
 
 An async view would still work (`_get_response` runs it with `async_to_sync`), at the price of
 the hop back to the loop; Chime has none.
 
-Those hops go to a thread lent to the request for its whole life and kept for the next request
+The hop goes to a thread lent to the request for its whole life and kept for the next request
 (`RequestThreads`), as a WSGI server's threads serve one request after another. Django's
 `ThreadSensitiveContext()` starts a thread for every request and, at its end, one more to join
-it: in-process (scratch harness, 16 concurrent `GET /healthz`), 1.7 CPU-ms per request against
-1.0 with kept threads.
+it.
 """
 
+import asyncio
+import contextlib
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.core import signals
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpResponse, JsonResponse
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse, HttpResponse, JsonResponse
+from django.urls import set_script_prefix
 
 
 class RequestThread(ThreadPoolExecutor):
@@ -131,8 +141,48 @@ class OneHopASGIHandler(ASGIHandler):
     def load_middleware(self, is_async=False):
         super().load_middleware(is_async=False)
 
-    async def get_response_async(self, request):
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+    async def handle(self, scope, receive, send):
+        """Django's `ASGIHandler.handle`, with the request's synchronous work in one hop (`respond`)."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        listening = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        response = None
+        try:
+            response = await sync_to_async(self.respond, thread_sensitive=True)(scope, request, error_response)
+            if not listening.done():  # else the client has left: nothing to send it
+                sending = asyncio.ensure_future(self.send_response(response, send))
+                await asyncio.wait([sending, listening], return_when=asyncio.FIRST_COMPLETED)
+                if sending.done():
+                    sending.result()
+                else:  # the client left mid-response (a streamed file): stop, as Django's handler does
+                    sending.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await sending
+        finally:
+            listening.cancel()
+            if response is not None and response.streaming:
+                await sync_to_async(response.close, thread_sensitive=True)()
+            body_file.close()
+        if listening.done() and not listening.cancelled():
+            with contextlib.suppress(RequestAborted):  # the client left; an invalid message raises
+                listening.result()
+
+    def respond(self, scope, request, error_response):
+        """In the request's thread, in one go: `request_started`, the middleware chain with its view
+        (or the response to a request that could not be built), and closing a response that is
+        not streamed (`request_finished`)."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        response = error_response if request is None else self.get_response(request)
+        response._handler_class = self.__class__
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        if not response.streaming:
+            response.close()
+        return response
 
     async def read_body(self, receive):
         """Django's, but nothing past the largest body Chime accepts is kept.
