@@ -191,7 +191,7 @@ class OneHopASGIHandler(ASGIHandler):
         limits are checked when the body is parsed): a client could fill the web's disk with one
         request. Past `body_cap()` the rest is received and dropped, so the client still gets a
         clean 413 instead of a reset connection mid-send."""
-        # Closed here on every early exit, else by Django's handle() with the request.
+        # Closed here on every early exit, else by handle() with the request.
         body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")  # noqa: SIM115
         cap, size = body_cap(), 0
         while True:
