@@ -15,7 +15,7 @@ from django.conf import settings
 
 from apps.jobs.models import JobDefinition
 from apps.tenants.services import api_key_create
-from tests.support.processes import uvicorn_web
+from tests.support.web import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,8 +28,8 @@ JOB = {
 
 @pytest.fixture(scope="module")
 def web(django_db_setup):  # after the test database is set up: the server is pointed at it
-    with uvicorn_web("web-bodies") as port:
-        yield port
+    with serving("web-bodies") as web:
+        yield web.port
 
 
 def _post(port: int, path: str, key: str, parts, *, chunked: bool) -> tuple[int, dict]:

@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 
 from apps.tenants.services import api_key_create
-from tests.support.processes import uvicorn_web
+from tests.support.web import serving
 
 THREADS, KEYS, REQUESTS_PER_THREAD = 16, 3, 40  # 640 requests, well within one minute
 LIMIT = 300
@@ -30,8 +30,8 @@ def clean_limits():
 @pytest.fixture
 def web():
     """uvicorn with 2 worker processes; the API limit 300/min for every tenant."""
-    with uvicorn_web("web-throttle", workers=2, CHIME_API_RATE_LIMIT=f"{LIMIT}/min") as port:
-        yield port
+    with serving("web-throttle", workers=2, CHIME_API_RATE_LIMIT=f"{LIMIT}/min") as web:
+        yield web.port
 
 
 def get(conn: http.client.HTTPConnection, key: str, path: str = "/api/v1/jobs"):

@@ -26,7 +26,8 @@ from django.urls import path
 
 from apps.core.asgi_handler import OneHopASGIHandler, RequestThreads
 from apps.tenants.services import api_key_create
-from tests.support.processes import uvicorn_process, wait_until
+from tests.support.processes import wait_until
+from tests.support.web import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -176,8 +177,8 @@ POOL = 3  # the web's database pool for these tests: a connection kept by a requ
 @pytest.fixture(scope="module")
 def served(django_db_setup):  # after the test database is set up: the server is pointed at it
     env = {"CHIME_DB_POOL_MAX_SIZE": str(POOL), "CHIME_DB_POOL_TIMEOUT_SECONDS": "5"}
-    with uvicorn_process("web-threads", **env) as (port, process):
-        yield port, process.popen.pid
+    with serving("web-threads", **env) as web:
+        yield web.port, web.process.popen.pid
 
 
 def _threads_of(pid: int) -> int:

@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -117,39 +116,3 @@ def wait_until(condition, timeout: float, interval: float = 0.2, message: str = 
             return value
         time.sleep(interval)
     raise TimeoutError(f"{message} not met within {timeout}s")
-
-
-@contextmanager
-def uvicorn_web(name: str, *, workers: int = 1, **env: str):
-    """config.asgi under a real uvicorn on a free port of 127.0.0.1 (test settings, the tests'
-    database), once /healthz answers; yields the port and stops the server after."""
-    with uvicorn_process(name, workers=workers, **env) as (port, _):
-        yield port
-
-
-@contextmanager
-def uvicorn_process(name: str, *, workers: int = 1, **env: str):
-    """As uvicorn_web, yielding the port and the server's Process (with one worker, its pid is
-    the process serving the requests)."""
-    import urllib.request
-
-    from tests.dashboard.browser import free_port
-
-    port = free_port()
-    args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-    if workers > 1:
-        args += ["--workers", str(workers)]
-    process = Process(name, args, process_env(**env))
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
-            except OSError:
-                if process.popen.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"web did not start:\n{process.log()[-3000:]}") from None
-                time.sleep(0.2)
-        yield port, process
-    finally:
-        process.stop()

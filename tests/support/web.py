@@ -9,6 +9,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tests.support.processes import Process, process_env, wait_until
@@ -26,6 +27,10 @@ def free_port() -> int:
 class Web:
     process: Process
     url: str  # http://127.0.0.1:PORT, no trailing slash
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     def healthy(self) -> bool:
         try:
@@ -48,11 +53,25 @@ class Web:
         self.process.stop()
 
 
-def start_web(name: str = "web", settings: str = "config.settings.production", **env: str) -> Web:
+def start_web(name: str = "web", settings: str = "config.settings.production", workers: int = 1, **env: str) -> Web:
     """Start uvicorn and return at once (boot it beside other processes); call `wait_ready()`
     before the first request. The environment is the test processes' (tests/support/processes.py:
-    the test database, REDIS_URL) with DEBUG off and the given settings module."""
+    the test database, REDIS_URL) with DEBUG off and the given settings module. With one worker,
+    the process's pid is the one serving the requests."""
     port = free_port()
     args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+    if workers > 1:
+        args += ["--workers", str(workers)]
     extra = {"DJANGO_SETTINGS_MODULE": settings, "DEBUG": "false", "ALLOWED_HOSTS": "127.0.0.1", **env}
     return Web(Process(name, args, process_env(**extra)), f"http://127.0.0.1:{port}")
+
+
+@contextmanager
+def serving(name: str, *, settings: str = "config.settings.test", workers: int = 1, **env: str):
+    """start_web, once /healthz answers; yields the Web and stops it after. Test settings by
+    default: plain http, no proxy header needed."""
+    web = start_web(name, settings=settings, workers=workers, **env)
+    try:
+        yield web.wait_ready()
+    finally:
+        web.stop()
