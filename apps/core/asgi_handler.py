@@ -14,10 +14,10 @@ one `sync_to_async` call does the request's synchronous work in order (`respond`
 closing it, which sends `request_finished` (it gives the thread's database connection back to the
 pool) just before the bytes go out rather than just after. A streamed response (a static file) is
 closed after it is sent, as Django does, in a second hop. Reading the body, building the request,
-sending the response and listening for the client's disconnect are Django's own. As under
-Django's handler, a view runs to its end when its client leaves (a thread cannot be stopped); what
-is not sent is a streamed response's rest. WebSockets do not come here (config/asgi.py routes them
-to Channels).
+sending the response and listening for the client's disconnect are Django's own. A request
+received whole runs to its end even if its client leaves meanwhile; nothing is sent to it, and a
+streamed response stops. (Django's handler cancels the wait on a disconnect, which can drop a view
+not started yet.) WebSockets do not come here (config/asgi.py routes them to Channels).
 
 Measured with `python -m bench.create --quick --batch-jobs 0 --code <tree> --rounds 2` (the
 Procfile's web, production settings, 16 clients): the chain in one hop took 9.3 / 8.4 -> 7.4 / 6.5
@@ -52,9 +52,9 @@ from django.urls import set_script_prefix
 
 class RequestThread(ThreadPoolExecutor):
     """One thread, lent to one request at a time (`RequestThreads`). It counts the calls it has
-    not finished, so that it goes back to the idle list only once it has none left: a view still
-    running after its client went away (Django cancels the request's task, not the thread) keeps
-    its thread until the view ends, and no other request waits behind it."""
+    not finished, so that it goes back to the idle list only once it has none left: a request
+    whose task was cancelled mid-view (the server shutting down) leaves its view running, and
+    that thread is kept from other requests until the view ends."""
 
     def __init__(self, threads: "RequestThreads"):
         super().__init__(max_workers=1, thread_name_prefix="chime-request")

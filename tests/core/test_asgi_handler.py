@@ -24,6 +24,7 @@ from django.urls import path
 from apps.core.asgi_handler import OneHopASGIHandler
 from apps.jobs.models import JobDefinition
 from apps.tenants.services import api_key_create, tenant_create
+from tests.support.asgi import http_scope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,12 +66,7 @@ def _request(app, method: str, path: str, *, key: str = "", body: bytes = b"") -
     if body:
         kind = b"application/json" if body[:1] in (b"{", b"[") else b"application/x-www-form-urlencoded"
         headers += [(b"content-type", kind), (b"content-length", str(len(body)).encode())]
-    scope = {
-        "type": "http", "http_version": "1.1", "method": method, "path": path, "raw_path": path.encode(),
-        "query_string": b"", "headers": headers, "scheme": "http", "server": ("localhost", 80),
-        "client": ("127.0.0.1", 5000),
-    }  # fmt: skip
-    return asyncio.run(_exchange(ApplicationCommunicator(app, scope), body))
+    return asyncio.run(_exchange(ApplicationCommunicator(app, http_scope(method, path, headers)), body))
 
 
 async def _exchange(communicator: ApplicationCommunicator, body: bytes) -> dict:
@@ -203,11 +199,6 @@ urlpatterns = [path("instant", instant), path("held", held), path("streamed", st
 async def _serve(app, url: str, *, leave: asyncio.Event, events: list) -> None:
     """One GET through `app`, noting the messages sent and the signals in `events`; the client
     leaves (http.disconnect) once `leave` is set."""
-    scope = {
-        "type": "http", "http_version": "1.1", "method": "GET", "path": url, "raw_path": url.encode(),
-        "query_string": b"", "headers": [(b"host", b"localhost")], "scheme": "http",
-        "server": ("localhost", 80), "client": ("127.0.0.1", 5000),
-    }  # fmt: skip
     sent_request = False
 
     async def receive():
@@ -221,7 +212,7 @@ async def _serve(app, url: str, *, leave: asyncio.Event, events: list) -> None:
     async def send(message):
         events.append(message["type"])
 
-    await asyncio.wait_for(app(scope, receive, send), 20)
+    await asyncio.wait_for(app(http_scope("GET", url), receive, send), 20)
 
 
 @pytest.fixture

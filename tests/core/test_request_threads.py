@@ -26,6 +26,7 @@ from django.urls import path
 
 from apps.core.asgi_handler import OneHopASGIHandler, RequestThreads
 from apps.tenants.services import api_key_create
+from tests.support.asgi import http_scope
 from tests.support.processes import wait_until
 from tests.support.web import serving
 
@@ -67,16 +68,8 @@ def hold(request):
 urlpatterns = [path("where", where), path("together", all_at_once), path("hold", hold)]
 
 
-def _scope(url: str) -> dict:
-    return {
-        "type": "http", "http_version": "1.1", "method": "GET", "path": url, "raw_path": url.encode(),
-        "query_string": b"", "headers": [(b"host", b"localhost")], "scheme": "http",
-        "server": ("localhost", 80), "client": ("127.0.0.1", 5000),
-    }  # fmt: skip
-
-
 async def _get(app, url: str) -> dict:
-    communicator = ApplicationCommunicator(app, _scope(url))
+    communicator = ApplicationCommunicator(app, http_scope("GET", url))
     await communicator.send_input({"type": "http.request", "body": b""})
     start = await communicator.receive_output(10)
     body = await communicator.receive_output(10)
