@@ -7,18 +7,26 @@ exact bytes it is about to send.
 The signed content is ``"{msg_id}.{timestamp}.{payload}"`` with ``timestamp``
 as integer Unix seconds; the signature is ``v1,<base64 HMAC-SHA256>`` and a
 receiver accepts the message if any of the space-separated signatures matches.
+
+The HMAC is computed here in one call (``hmac.digest``, OpenSSL's one-shot
+HMAC) rather than through the reference implementation's ``Webhook.sign``,
+which builds a Python ``hmac.HMAC`` object and round-trips the time through a
+``datetime`` for every message: the worker signs once per run, and that was
+half of this module's cost (issue #12, docs/benchmarks.md). The reference
+implementation stays the oracle: tests/delivery/test_signing.py verifies every
+signature with its ``Webhook.verify`` and compares with its ``Webhook.sign``
+over generated secrets, ids, times and payloads.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import hmac
 import math
 import secrets as _secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
-
-from standardwebhooks import Webhook
 
 __all__ = [
     "SECRET_PREFIX",
@@ -47,41 +55,49 @@ def _unix_seconds(timestamp: datetime) -> int:
     return math.floor(timestamp.astimezone(UTC).timestamp())
 
 
-def _payload_text(payload: bytes) -> str:
+def _payload_bytes(payload: bytes) -> bytes:
     if not isinstance(payload, bytes | bytearray | memoryview):
         raise TypeError("payload must be bytes (the exact bytes that will be sent)")
+    payload = bytes(payload)
     try:
-        # standardwebhooks signs str and re-encodes it as UTF-8, so decoding
-        # strictly guarantees the HMAC covers exactly these bytes.
-        return bytes(payload).decode("utf-8")
+        # The reference implementation signs text, encoded as UTF-8: only bytes that are valid
+        # UTF-8 have a signature a receiver using it can check (it decodes what it receives).
+        payload.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError("payload must be valid UTF-8") from exc
+    return payload
 
 
-def _signature_header(secrets: Sequence[str], msg_id: str, unix_seconds: int, text: str) -> str:
+def _signature_header(secrets: Sequence[str], msg_id: str, unix_seconds: int, payload: bytes) -> str:
     if isinstance(secrets, str | bytes):
         raise TypeError("secrets must be a sequence of secrets, not a single string")
     if not secrets:
         raise ValueError("at least one signing secret is required")
     if not msg_id:
         raise ValueError("msg_id must not be empty")
-    # A UTC datetime rebuilt from the integer seconds: Webhook.sign() replaces
-    # tzinfo with UTC *without converting*, so it must already be UTC.
-    sign_at = datetime.fromtimestamp(unix_seconds, tz=UTC)
-    return " ".join(_webhook(secret).sign(msg_id, sign_at, text) for secret in secrets)
+    content = b"%s.%d.%s" % (msg_id.encode(), unix_seconds, payload)
+    return " ".join(
+        "v1," + base64.b64encode(hmac.digest(_key(secret), content, "sha256")).decode("ascii") for secret in secrets
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def _webhook(secret: str) -> Webhook:
-    """The reference implementation's signer for one secret, built once: its constructor decodes
-    the secret's base64 for every message otherwise (a delivery signs one per run). Bounded; the
-    secrets signed with are still chosen per message by the caller."""
-    return Webhook(secret)
+def _key(secret: str) -> bytes:
+    """The HMAC key of one secret, decoded once (a delivery signs once per run), as the reference
+    implementation's `Webhook(secret)` decodes it: the base64 after an optional `whsec_`, padding
+    optional; bytes are the key itself. Bounded; the secrets signed with are still chosen per
+    message by the caller."""
+    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX) + "==") if isinstance(secret, str) else secret
+    if not isinstance(key, bytes):
+        raise TypeError("a signing secret must be text (or the key's bytes)")
+    if not key:
+        raise ValueError("a signing secret may not be empty")
+    return key
 
 
 def signature_header(secrets: Sequence[str], msg_id: str, timestamp: datetime, payload: bytes) -> str:
     """Value for the ``webhook-signature`` header: ``v1,<sig>`` per secret."""
-    return _signature_header(secrets, msg_id, _unix_seconds(timestamp), _payload_text(payload))
+    return _signature_header(secrets, msg_id, _unix_seconds(timestamp), _payload_bytes(payload))
 
 
 def webhook_headers(*, secrets: Sequence[str], msg_id: str, timestamp: datetime, payload: bytes) -> dict[str, str]:
@@ -93,5 +109,5 @@ def webhook_headers(*, secrets: Sequence[str], msg_id: str, timestamp: datetime,
     return {
         "webhook-id": msg_id,
         "webhook-timestamp": str(unix_seconds),
-        "webhook-signature": _signature_header(secrets, msg_id, unix_seconds, _payload_text(payload)),
+        "webhook-signature": _signature_header(secrets, msg_id, unix_seconds, _payload_bytes(payload)),
     }

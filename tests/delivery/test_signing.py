@@ -5,6 +5,9 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
@@ -144,3 +147,33 @@ def test_secret_without_prefix_accepted_like_library():
 def test_invalid_arguments(secrets, payload, exc):
     with pytest.raises(exc):
         webhook_headers(secrets=secrets, msg_id="m", timestamp=datetime.now(UTC), payload=payload)
+
+
+# The reference implementation as the oracle of the one-shot HMAC (apps/delivery/signing.py):
+# generated secrets (with and without the prefix, unpadded), ids, seconds and UTF-8 payloads.
+_secret_bytes = st.binary(min_size=1, max_size=64)
+
+
+@given(
+    raw=_secret_bytes,
+    prefixed=st.booleans(),
+    unpadded=st.booleans(),
+    msg_id=st.text(min_size=1, max_size=40),
+    seconds=st.integers(min_value=0, max_value=2**33),
+    text=st.text(max_size=300),
+)
+@hypothesis_settings(max_examples=300, deadline=None)
+def test_signature_is_the_reference_implementations(raw, prefixed, unpadded, msg_id, seconds, text):
+    encoded = base64.b64encode(raw).decode()
+    secret = ("whsec_" if prefixed else "") + (encoded.rstrip("=") if unpadded else encoded)
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    payload = text.encode("utf-8")
+    ours = signature_header([secret], msg_id, moment, payload)
+    assert ours == Webhook(secret).sign(msg_id, moment, text)
+
+
+def test_each_secret_is_signed_with_its_own_key():
+    secrets = [generate_signing_secret() for _ in range(3)]
+    ts = datetime.now(UTC)
+    header = signature_header(secrets, "m", ts, b"{}")
+    assert header.split(" ") == [Webhook(secret).sign("m", ts, "{}") for secret in secrets]

@@ -70,3 +70,16 @@ def test_showing_a_runs_attempts_reads_the_run_once(tenant):
     assert len(queries) == 1
     assert [headers["Chime-Attempt"] for headers in shown] == ["1", "2", "3"]
     assert {headers["Chime-Run-Id"] for headers in shown} == {str(run.id)}
+
+
+def test_no_derivable_header_is_ever_secret():
+    """What lets an attempt drop the derivable headers before it redacts the rest
+    (apps/delivery/outcomes.attempt_row): redaction never touches one of them, even one a job
+    names as secret, so the order of the two cannot change what is stored."""
+    from apps.jobs.attempt_headers import derivable_headers
+    from apps.jobs.secrets import is_secret_header
+
+    names = derivable_headers(run_id=str(RUN), job_id=str(JOB), attempt=3, scheduled_for=utc_text(AT))
+    assert len(names) == 6
+    for name in names:
+        assert not is_secret_header(name, marked=[name]), name
