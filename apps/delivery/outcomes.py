@@ -112,7 +112,7 @@ def attempt_row(
         # as build_request made them when it did, and less the signature; then the secrets redacted.
         # Dropping first leaves 3 headers of a run's 10 to redact; the order changes nothing, as
         # none of the derivable headers is ever secret (Chime sets them: CHIME_SET_HEADERS,
-        # tests/delivery/test_attempt_headers.py).
+        # tests/jobs/test_attempt_headers.py).
         if request.derivable is not None:
             kept = without_derivable(request.headers, request.derivable)
         else:

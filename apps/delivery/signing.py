@@ -75,7 +75,7 @@ def _signature_header(secrets: Sequence[str], msg_id: str, unix_seconds: int, pa
         raise ValueError("at least one signing secret is required")
     if not msg_id:
         raise ValueError("msg_id must not be empty")
-    content = b"%s.%d.%s" % (msg_id.encode(), unix_seconds, payload)
+    content = b"%s.%d.%s" % (str(msg_id).encode(), unix_seconds, payload)  # as the reference formats it
     return " ".join(
         "v1," + base64.b64encode(hmac.digest(_key(secret), content, "sha256")).decode("ascii") for secret in secrets
     )
