@@ -4,6 +4,9 @@ Pure Python: no Django imports.
 
 * :func:`is_address_allowed` / :func:`address_refusal_reason` decide whether
   one IP address may be connected to.
+* :func:`is_header_name` says whether a header name is an HTTP token: one rule for the
+  check when a job is saved (apps/jobs/targets.py) and the one before every send
+  (apps/delivery/transport.py).
 * :func:`check_url` is a syntax-level check of a target URL (used when a job
   is created and again right before every send). It does not resolve DNS
   names; the transport's resolver checks every address a name resolves to.
@@ -11,6 +14,7 @@ Pure Python: no Django imports.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -24,10 +28,23 @@ __all__ = [
     "address_refusal_reason",
     "check_url",
     "is_address_allowed",
+    "is_header_name",
     "refusal_message",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# RFC 9110's token: visible ASCII but the separators ()<>@,;:\"/[]?={}.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_header_name(name) -> bool:
+    """Whether `name` is a header name that can be sent as it is (an HTTP token). Remembered: the
+    worker asks it for every header of every request, and a run's names are the same every time
+    (issue #12). Bounded: names are the tenants' choice."""
+    return isinstance(name, str) and _TOKEN.fullmatch(name) is not None
+
 
 #: Name of the setting an operator flips to allow private targets (named in
 #: refusal messages only).

@@ -16,11 +16,9 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import functools
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +26,7 @@ from typing import Any
 
 from .curl_loop import WATCHDOG_SLACK_SECONDS, CurlLoop, Exchange
 from .guard import Target, describe_error, target_url
+from .safety import is_header_name
 from .webhook_types import (
     ERROR_INTERRUPTED,
     ERROR_INVALID_TARGET,
@@ -67,18 +66,11 @@ _CHECKED_URLS = 10_000
 _abandoned: list[Any] = []
 
 # Header lines as libcurl sends them: "Name: value", or "Name;" for an empty value, which libcurl
-# would otherwise take as "remove this header". A name must be a token; a value may hold no CR, LF
-# or NUL (header injection). Names are checked one by one, each remembered (a run's ten names are
-# the same every time), and the values by searching the joined lines for CR and NUL and counting
-# their LFs. One regular expression over every line of every request made this function 54k
-# instructions per run's request against 37k now (callgrind, issue #12). Bounded: names are the
-# tenants' choice.
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_token(name) -> bool:
-    return _TOKEN.fullmatch(str(name)) is not None
+# would otherwise take as "remove this header". A name must be a token (safety.is_header_name,
+# remembered per name); a value may hold no CR, LF or NUL (header injection), found by searching
+# the joined lines for CR and NUL and counting their LFs. One regular expression over every line
+# of every request made this function 54k instructions per run's request against 37k now
+# (callgrind, issue #12).
 
 
 def header_lines(headers: dict[str, str]) -> list:
@@ -89,7 +81,7 @@ def header_lines(headers: dict[str, str]) -> list:
     lines = [f"{name}: {value}" if value else f"{name};" for name, value in headers.items()]
     text = "\n".join(lines)
     if lines and (
-        text.count("\n") != len(lines) - 1 or "\r" in text or "\x00" in text or not all(map(_is_token, headers))
+        text.count("\n") != len(lines) - 1 or "\r" in text or "\x00" in text or not all(map(is_header_name, headers))
     ):
         raise ValueError("a header name or value cannot be sent as it is (line break or invalid name)")
     names = {name.lower() for name in headers}

@@ -10,7 +10,7 @@ import json
 
 from django.conf import settings
 
-from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url
+from apps.delivery.safety import InvalidTarget, UnsafeTarget, check_url, is_header_name
 
 HTTP_METHODS = ("POST", "PUT", "PATCH", "DELETE", "GET")
 # Set by Chime on every delivery; a job may not override them.
@@ -32,7 +32,6 @@ RESERVED_HEADERS = frozenset(
 )
 MAX_HEADERS = 50
 MAX_HEADER_VALUE_LENGTH = 4096
-_HEADER_NAME_FORBIDDEN = frozenset('()<>@,;:\\"/[]?={}')
 
 
 class TargetError(ValueError):
@@ -119,7 +118,7 @@ def check_target_headers(headers: dict[str, str]) -> None:
     for name, value in headers.items():
         if NUL in name or NUL in value:
             raise TargetError(f"The header '{name.replace(NUL, '')}' contains a null character (\\u0000).")
-        if not name or not all(33 <= ord(c) < 127 and c not in _HEADER_NAME_FORBIDDEN for c in name):
+        if not is_header_name(name):
             raise TargetError(f"'{name}' is not a valid header name.")
         if name.lower() in RESERVED_HEADERS:
             raise TargetError(f"'{name}' is set by Chime and cannot be overridden.")
