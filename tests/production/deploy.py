@@ -26,7 +26,13 @@ from django.conf import settings
 
 from tests.support.processes import OUTPUT, ROOT
 
-VENV_BIN = Path(sys.executable).parent
+# The deploy's interpreter and tools: CHIME_DEPLOY_VENV, a virtualenv of requirements/base.txt
+# alone as a deploy installs it (`./chime test` makes `.venv-deploy`), so that a runtime import of
+# a package only the tests install fails here; else this suite's own virtualenv, which CI refuses.
+DEPLOY_VENV = os.environ.get("CHIME_DEPLOY_VENV")
+if not DEPLOY_VENV and os.environ.get("CI") == "true":
+    raise RuntimeError("CI deploys from a virtualenv of base.txt: set CHIME_DEPLOY_VENV (./chime test does)")
+VENV_BIN = Path(DEPLOY_VENV) / "bin" if DEPLOY_VENV else Path(sys.executable).parent
 
 
 def procfile(path: Path = ROOT / "Procfile") -> dict[str, str]:
