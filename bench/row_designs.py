@@ -166,16 +166,21 @@ def life(variant: str, runs: int, dsn: str = BENCH_DSN) -> dict:
     }
 
 
-def table_updates(conn, name: str, *, expected: int, wait: float = 5.0) -> tuple[int, int]:
+def table_updates(conn, name: str, *, expected: int, wait: float = 60.0) -> tuple[int, int]:
     """(rows updated, of which HOT) in `name`, once the statistics show `expected` updates: each
-    backend reports its counts when it exits, asynchronously to the client's close."""
+    backend reports its counts when it exits, asynchronously to the client's close. Counts short
+    of `expected` are an error, not a result: with one backend's counts and not the other's the
+    HOT share would be a different number (the release's updates are the scheduler's, the
+    claim's and the outcome's the worker's)."""
     deadline = time.monotonic() + wait
     while True:
         updates, hot = conn.execute(
             "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = %s", [name]
         ).fetchone()
-        if updates >= expected or time.monotonic() > deadline:
+        if updates >= expected:
             return updates, hot
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name}: the statistics show {updates} updates after {wait:.0f} s, not {expected}")
         time.sleep(0.05)
         conn.execute("SELECT pg_stat_clear_snapshot()")
 

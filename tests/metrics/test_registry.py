@@ -42,6 +42,8 @@ def test_observe_many_gives_the_samples_of_one_observe_per_value(values):
     expected, got = samples(one_by_one), samples(at_once)
     assert got.keys() == expected.keys()
     for key, value in expected.items():
+        if key[0] == "_created":
+            continue  # when each child was made, not what it observed: the two differ by the time between them
         assert math.isclose(got[key], value, rel_tol=1e-12, abs_tol=1e-9), key
     if values:
         assert expected[("_count", (("priority", "high"),))] == len(values)
