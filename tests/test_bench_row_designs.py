@@ -5,10 +5,10 @@ and claim can be HOT, given room on the page. Every run ends up `succeeded` unde
 asserted: the costs are measured by `python -m bench.row_designs` and recorded in
 docs/benchmarks.md."""
 
-import psycopg
 import pytest
 from django.db import connection
 
+from bench.common import pg_connect
 from bench.row_designs import attempts, life
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,7 +48,7 @@ def old_snapshot():
     """A transaction in the same database holding a snapshot from before the runs exist, as a long
     dashboard query, an ANALYZE or a forgotten transaction would: no row version dead since can be
     pruned while it is open."""
-    with psycopg.connect(_dsn(), autocommit=True) as holder:
+    with pg_connect(_dsn()) as holder:
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT txid_current()")
         yield
