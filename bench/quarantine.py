@@ -156,8 +156,7 @@ def savepoint_cost(repeats: int = 500) -> float:
 
 
 def load(fire_at: datetime) -> list:
-    from uuid6 import uuid7
-
+    from apps.core.ids import uuid7
     from apps.jobs.models import JobDefinition, partition_for
     from apps.tenants.models import Tenant
     from apps.tenants.services import tenant_create

@@ -48,8 +48,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as `python bench/x.py` too
 
 from psycopg.types.json import Jsonb
-from uuid6 import uuid7
 
+from apps.core.ids import uuid7
 from apps.jobs.attempt_headers import stored_headers, utc_text
 from bench.common import BENCH_DSN, Report, base_parser, ensure_database, log, pg_connect, table
 from bench.pgcost import own_cpu

@@ -57,8 +57,11 @@ def channel_for(tenant_id) -> str:
     return f"{CHANNEL_PREFIX}{tenant_id}"
 
 
+_compact = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per message
+
+
 def encode(runs: list[tuple[str, str | None]]) -> str:
-    return json.dumps({"runs": [[run_id, status] for run_id, status in runs]}, separators=(",", ":"))
+    return _compact({"runs": [[run_id, status] for run_id, status in runs]})
 
 
 def decode(data: bytes | str) -> list[tuple[str, str | None]]:

@@ -1,7 +1,8 @@
 """Shared model bits: time-ordered UUID primary keys and tenant-scoped querysets."""
 
 from django.db import models
-from uuid6 import uuid7
+
+from apps.core.ids import uuid7
 
 
 class UUIDModel(models.Model):

@@ -13,11 +13,11 @@ from django.core.mail import send_mail
 from django.db import connection, transaction
 from django.db.models import F
 from psycopg.types.json import Jsonb
-from uuid6 import uuid7
 
 from apps.core import tracing
 from apps.core.dbretry import TRANSIENT
 from apps.core.events import runs_changed_on_commit
+from apps.core.ids import uuid7
 from apps.core.logs import log_fields
 from apps.jobs.attempt_headers import stored_headers, without_derivable
 from apps.jobs.models import ErrorKind, JobDefinition, JobRun, JobStatus, RunAttempt, RunStatus

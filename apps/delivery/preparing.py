@@ -14,11 +14,10 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from uuid6 import uuid7
 
 from apps.core import tracing
 from apps.core.events import runs_changed
-from apps.core.ids import uuid_text
+from apps.core.ids import uuid7, uuid_text
 from apps.jobs.attempt_headers import derivable_headers, utc_text
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
 from apps.jobs.transitions import Event, move, picked
@@ -55,6 +54,11 @@ def _why_not_send(run: JobRun) -> str | None:
     return None
 
 
+# The body's JSON, compact and UTF-8 as sent. One encoder for the process: json.dumps with any
+# option builds a JSONEncoder per call, ~1 µs of each run's request (issue #12).
+_encode_body = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def default_payload(run: JobRun) -> dict:
     """The body sent when a job has none: a Standard Webhooks style event describing the run."""
     return _run_event(run, uuid_text(run.id), utc_text(run.scheduled_for))
@@ -86,7 +90,7 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
         body = _run_event(run, run_id, scheduled_for)
     if definition.target_method == "GET":
         body = None
-    payload = b"" if body is None else json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = b"" if body is None else _encode_body(body).encode()
     headers = dict(definition.target_headers)
     if body is not None and not any(name.lower() == "content-type" for name in headers):
         headers["Content-Type"] = "application/json"

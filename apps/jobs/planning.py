@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from uuid6 import uuid7
 
 from apps.core.events import runs_changed_on_commit
+from apps.core.ids import uuid7
 from apps.core.prepared import execute_columns
 
 from .models import JobDefinition, JobRun, MisfirePolicy, RunStatus, ScheduleType, Trigger

@@ -20,7 +20,8 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
-from uuid6 import uuid7
+
+from apps.core.ids import uuid7
 
 from .models import SchedulerLease, SchedulerNode
 

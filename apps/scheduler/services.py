@@ -17,11 +17,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from opentelemetry import trace
-from uuid6 import uuid7
 
 from apps.core import tracing
 from apps.core.dbretry import with_db_retry
 from apps.core.events import runs_changed
+from apps.core.ids import uuid7
 from apps.delivery.enqueue import broker_epoch, by_priority, publish_runs
 from apps.jobs.models import RELEASABLE_DUE_SQL, JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, Trigger
 from apps.jobs.planning import insert_run_rows, plan_definition, run_rows_from_plan

@@ -1,11 +1,11 @@
 """apps/core/ids.py: the text of a uuid, remembered (the worker's path turns each run id into text
 several times)."""
 
+import os
+import time
 import uuid
 
-from uuid6 import uuid7
-
-from apps.core.ids import id_text, uuid_text
+from apps.core.ids import id_text, uuid7, uuid_text
 
 
 def test_the_text_is_the_uuids_own_and_is_remembered():
@@ -18,7 +18,7 @@ def test_the_text_is_the_uuids_own_and_is_remembered():
 
 
 def test_the_text_is_canonical_for_every_kind_of_uuid():
-    # Leading zeros, every version the app makes or reads, and uuid6's subclass.
+    # Leading zeros, every version the app makes or reads.
     for value in (
         uuid.UUID(int=0),
         uuid.UUID(int=1),
@@ -42,3 +42,44 @@ def test_text_passes_through_without_taking_a_place():
 
 def test_the_cache_is_bounded():
     assert uuid_text.cache_info().maxsize is not None
+
+
+def _millis(value: uuid.UUID) -> int:
+    return value.int >> 80
+
+
+def test_new_ids_are_version_7_and_increase_within_a_process():
+    ids = [uuid7() for _ in range(10_000)]
+    assert all(isinstance(value, uuid.UUID) and value.version == 7 for value in ids)
+    assert all(value.variant == uuid.RFC_4122 for value in ids)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+
+
+def test_an_ids_time_is_the_clocks_however_fast_ids_are_made():
+    """100,000 ids made as fast as one process can (a scheduler's spike makes that many within
+    seconds): each names the millisecond it was made in. uuid6's uuid7() moved one millisecond
+    ahead per id made within a millisecond, and its last id here was ~100 s in the future."""
+    before = time.time_ns() // 1_000_000
+    ids = [uuid7() for _ in range(100_000)]
+    after = time.time_ns() // 1_000_000
+    assert before <= _millis(ids[0]) <= _millis(ids[-1]) <= after
+
+
+def test_a_forked_child_draws_other_ids_than_its_parent():
+    """A prefork worker's children make attempt ids side by side: the random part must not be
+    the parent's state copied into each."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, as text, to the parent
+        os.write(write, ",".join(str(uuid7()) for _ in range(20)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split(","))
+    parent = {str(uuid7()) for _ in range(20)}
+    assert len(child) == 20
+    assert not child & parent
+    # Not merely another millisecond: the parts after the time differ.
+    assert not {value[14:] for value in child} & {value[14:] for value in parent}

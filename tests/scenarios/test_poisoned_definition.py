@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
-from uuid6 import uuid7
 
+from apps.core.ids import uuid7
 from apps.jobs.models import JobDefinition, JobRun, JobStatus, RunStatus, ScheduleType, partition_for
 from apps.tenants.selectors import signing_secrets_valid
 from apps.tenants.services import tenant_create

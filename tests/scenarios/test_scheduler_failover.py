@@ -7,8 +7,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from uuid6 import uuid7
 
+from apps.core.ids import uuid7
 from apps.jobs.models import JobDefinition, JobRun, RunStatus, ScheduleType, partition_for
 from tests.support.processes import start_scheduler, start_worker, wait_until
 
