@@ -16,15 +16,20 @@ import functools
 
 from uuid_utils import compat as _uuid_utils
 
-# Every id Chime makes: a UUIDv7 (RFC 9562), a standard uuid.UUID. Its first 48 bits are the
-# clock's millisecond, then a counter that keeps the ids one process makes within a millisecond
-# increasing (the rest random, drawn afresh in a forked child): time-ordered, so B-tree inserts
-# stay local and `id >= uuid7_floor(t)` (apps/jobs/audit.py) and the API's newest-first pages
-# (apps/api/pagination.py) mean what they say. uuid6's uuid7() kept its ids increasing by moving
-# the time one millisecond ahead per id made within a millisecond: a process making more than
-# 1,000 ids a second (the scheduler at a spike, the worker's attempts) ran ahead of the clock
-# without bound, 100 s after 100,000 ids (tests/core/test_ids.py), and an id cost 1.8 µs against
-# 0.8 here (issue #12).
+# Every id Chime makes: a UUIDv7 (RFC 9562), a standard uuid.UUID.
+# - Its first 48 bits are the clock's millisecond. Then comes a counter that keeps the ids one
+#   process makes within a millisecond increasing, and the rest is random.
+# - The random bits come from an RNG in the process. uuid_utils reseeds it in a forked child (its
+#   os.register_at_fork handler). Without that, a prefork worker's children would make the same
+#   ids in the same millisecond (tests/core/test_ids.py).
+# - Time-ordered ids keep B-tree inserts local, and make `id >= uuid7_floor(t)`
+#   (apps/jobs/audit.py) and the API's newest-first pages (apps/api/pagination.py) mean what they
+#   say.
+# - uuid6's uuid7(), used before, kept its ids increasing by moving the time one millisecond ahead
+#   for every id made within the same millisecond. A process making more than 1,000 ids a second
+#   (the scheduler at a spike, the worker's attempts) ran ahead of the clock without bound: 100 s
+#   after 100,000 ids (tests/core/test_ids.py). It also cost 1.8 µs an id against 0.8 here
+#   (issue #12).
 uuid7 = _uuid_utils.uuid7
 
 
