@@ -17,8 +17,10 @@ import functools
 from uuid_utils import compat as _uuid_utils
 
 # Every id Chime makes: a UUIDv7 (RFC 9562), a standard uuid.UUID.
-# - Its first 48 bits are the clock's millisecond. Then comes a counter that keeps the ids one
-#   process makes within a millisecond increasing, and the rest is random.
+# - Its first 48 bits are the clock's millisecond. Then comes a 42-bit counter that keeps the ids
+#   one process makes within a millisecond increasing (it starts at a random value each
+#   millisecond), then 32 random bits. Hard to guess, not secret: every endpoint that takes an id
+#   is scoped to its tenant (uuid6 drew 74 random bits).
 # - The random bits come from an RNG in the process. uuid_utils reseeds it in a forked child (its
 #   os.register_at_fork handler). Without that, a prefork worker's children would make the same
 #   ids in the same millisecond (tests/core/test_ids.py).

@@ -6,7 +6,8 @@ from apps.core.ids import uuid7
 
 
 class UUIDModel(models.Model):
-    """UUIDv7 primary key: unguessable in URLs, yet time-ordered so B-tree inserts stay local."""
+    """UUIDv7 primary key (apps/core/ids.py): hard to guess in URLs, yet time-ordered so B-tree
+    inserts stay local."""
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
 
