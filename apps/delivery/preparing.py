@@ -3,7 +3,6 @@ not be sent after all (job paused or deleted meanwhile), the exact bytes and hea
 request, runs that cannot be built (failed with their reason, never failing their neighbours),
 and handing runs back to the broker without charging an attempt."""
 
-import json
 import logging
 import os
 import socket
@@ -20,6 +19,7 @@ from apps.core.events import runs_changed
 from apps.core.ids import uuid7, uuid_text
 from apps.jobs.attempt_headers import derivable_headers, utc_text
 from apps.jobs.models import ErrorKind, JobRun, JobStatus, RunAttempt, RunStatus, Trigger
+from apps.jobs.targets import body_bytes
 from apps.jobs.transitions import Event, move, picked
 from apps.tenants.selectors import signing_secrets_by_tenant
 
@@ -54,11 +54,6 @@ def _why_not_send(run: JobRun) -> str | None:
     return None
 
 
-# The body's JSON, compact and UTF-8 as sent. One encoder for the process: json.dumps with any
-# option builds a JSONEncoder per call, ~1 µs of each run's request (issue #12).
-_encode_body = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
 def default_payload(run: JobRun) -> dict:
     """The body sent when a job has none: a Standard Webhooks style event describing the run."""
     return _run_event(run, uuid_text(run.id), utc_text(run.scheduled_for))
@@ -90,7 +85,7 @@ def build_request(run: JobRun, *, secrets: list[str], now: datetime) -> WebhookR
         body = _run_event(run, run_id, scheduled_for)
     if definition.target_method == "GET":
         body = None
-    payload = b"" if body is None else _encode_body(body).encode()
+    payload = b"" if body is None else body_bytes(body)
     headers = dict(definition.target_headers)
     if body is not None and not any(name.lower() == "content-type" for name in headers):
         headers["Content-Type"] = "application/json"
